@@ -25,6 +25,8 @@ from typing import Any, get_type_hints
 
 SKILL_SOURCES = ("on_policy", "shuffled", "frozen", "static", "none")
 ADVANTAGES = ("grpo", "grpo_mean", "gigpo")
+ENV_BACKENDS = ("sync", "async", "ray")  # seed_train.env_backends (not imported here: config stays light)
+GENERATION_BACKENDS = ("hf", "vllm")
 
 # Per-env defaults from the paper (max steps, history length); used when the config leaves them None.
 ENV_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -74,6 +76,9 @@ class SeedConfig:
     tasks_per_iteration: int = _f(4, "tasks (groups) sampled per Stage 2 iteration")
     group_size: int = _f(8, "rollouts per task (GRPO group); all start from the same task and seed")
     max_new_tokens: int = _f(48, "tokens generated per step")
+    env_backend: str = _f("sync", "where envs step: sync (this process), async (gymnasium AsyncVectorEnv "
+                                  "subprocesses) or ray (Ray actors; extra 'ray')")
+    generation_backend: str = _f("hf", "rollout generation: hf (transformers generate) or vllm (extra 'vllm', GPU)")
     temperature: float = _f(1.0, "sampling temperature for rollouts")
     top_p: float = _f(1.0, "nucleus sampling for rollouts")
     # --- Stage 1 (skill SFT on expert demonstrations)
@@ -135,6 +140,11 @@ class SeedConfig:
         for name in ("stage1_demos", "iterations", "analyzer_retries", "skill_min_words", "eval_limit",
                      "checkpoint_every"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 0, name, "must be an int >= 0")
+        need(self.env_backend in ENV_BACKENDS, "env_backend", f"must be one of {ENV_BACKENDS}")
+        need(self.generation_backend in GENERATION_BACKENDS, "generation_backend",
+             f"must be one of {GENERATION_BACKENDS}")
+        need(self.generation_backend != "vllm" or self.device.startswith("cuda"), "generation_backend",
+             "vllm needs a CUDA device (set --device cuda)")
         need(self.temperature > 0, "temperature", "must be > 0")
         need(0 < self.top_p <= 1, "top_p", "must be in (0, 1]")
         for name in ("lr", "stage1_lr"):

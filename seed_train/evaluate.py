@@ -63,10 +63,11 @@ def evaluate_policy(
     seed: int = 0,
     batch_size: int = 64,
     trajectories_path: str | Path | None = None,
+    env_backend: str = "sync",
 ) -> dict[str, Any]:
     """Play the split's panel once (``limit`` > 0: that many tasks spread over it); returns the summary."""
     panel = subsample_panel(panel_of(spec), limit)
-    pool = EnvPool(spec)
+    pool = EnvPool(spec, env_backend)
     stats = RolloutStats()
     trajectories: list[Trajectory] = []
     for start in range(0, len(panel), batch_size):

@@ -4,9 +4,11 @@ Every env in a rollout is the same wrapper stack a user would build::
 
     TrajectoryRecorder(LLMActionParser(PromptRenderer(gym.make(env_id, ...))))
 
-Each turn the prompts of all active envs are tokenized once (chat template), generated together,
-and each env is stepped with the raw generated text; the recorder stores the prompt ids, the
-sampled response ids and their log-probs with the step, so training never re-tokenizes text.
+held in a gymnasium vector env on the chosen backend (``sync`` / ``async`` / ``ray``, see
+:mod:`seed_train.env_backends`). Each turn the prompts of all active envs are tokenized once (chat
+template) and generated together, and the vector env steps every env with its raw generated text,
+carrying the prompt ids, sampled response ids and their log-probs (:class:`wrappers.TokenizedResponse`);
+the recorder stores them with the step, so training never re-tokenizes text.
 """
 from __future__ import annotations
 
@@ -19,9 +21,11 @@ import gymnasium as gym
 import numpy as np
 
 import seed_envs  # noqa: F401  (registers the ids)
+from seed_train.env_backends import SLOT_JOBS, make_vector_env
 from seed_train.generation import GenerationBackend
 from seed_train.policy import encode_prompt
-from wrappers import LLMActionParser, PromptRenderer, Trajectory, TrajectoryRecorder, format_instructions
+from wrappers import (LLMActionParser, PromptRenderer, TokenizedResponse, Trajectory, TrajectoryRecorder,
+                      format_instructions)
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,7 @@ class EnvSpec:
     max_steps: int | None = None
     env_kwargs: dict = field(default_factory=dict)
 
-    def make(self, sink) -> gym.Env:
+    def make(self, sink, *, trajectory_in_info: bool = False) -> gym.Env:
         kwargs = dict(self.env_kwargs, split=self.split)
         if self.max_steps is not None:
             kwargs["max_steps"] = self.max_steps
@@ -45,7 +49,7 @@ class EnvSpec:
         env = PromptRenderer(env, template=self.template, history=self.history,
                              answer_format=format_instructions(self.action_format))
         env = LLMActionParser(env, format=self.action_format, format_penalty=self.format_penalty)
-        return TrajectoryRecorder(env, sink=sink, env_id=self.env_id)
+        return TrajectoryRecorder(env, sink=sink, env_id=self.env_id, trajectory_in_info=trajectory_in_info)
 
 
 @dataclass(frozen=True)
@@ -76,25 +80,41 @@ def group_jobs(task_ids: Sequence[str], group_size: int, *, base_seed: int, pref
 
 
 class EnvPool:
-    """Reusable rollout envs for one EnvSpec; grows to the largest batch asked of it."""
+    """The rollout vector env of one EnvSpec on one backend, rebuilt larger when a batch needs more envs.
 
-    def __init__(self, spec: EnvSpec):
+    A batch smaller than the vector env leaves the extra slots idle (they cost one no-op step each).
+    """
+
+    def __init__(self, spec: EnvSpec, backend: str = "sync", *, ray_cpus_per_env: float = 0.0):
         self.spec = spec
-        self.envs: list[TrajectoryRecorder] = []
-        self.finished: list[tuple[int, Trajectory]] = []
+        self.backend = backend
+        self.ray_cpus_per_env = ray_cpus_per_env
+        self.vector_env: gym.vector.VectorEnv | None = None
 
-    def _sink(self, index: int):
-        return lambda trajectory: self.finished.append((index, trajectory))
-
-    def get(self, n: int) -> list[TrajectoryRecorder]:
-        while len(self.envs) < n:
-            self.envs.append(self.spec.make(self._sink(len(self.envs))))
-        return self.envs[:n]
+    def get(self, n: int) -> gym.vector.VectorEnv:
+        if self.vector_env is None or self.vector_env.num_envs < n:
+            self.close()
+            self.vector_env = make_vector_env(self.spec, n, self.backend, ray_cpus_per_env=self.ray_cpus_per_env)
+        return self.vector_env
 
     def close(self) -> None:
-        for env in self.envs:
-            env.close()
-        self.envs = []
+        if self.vector_env is not None:
+            self.vector_env.close()
+            self.vector_env = None
+
+
+def _failed_trajectory(job: EpisodeJob, spec: EnvSpec, error: str) -> Trajectory:
+    """What is left of an episode whose env crashed (Ray backend): no steps, marked failed."""
+    return Trajectory(episode_id=f"{job.group_id}-failed", env_id=spec.env_id, task_id=job.task_id, task="",
+                      category="", split=spec.split, seed=job.seed, group_id=job.group_id,
+                      meta={**job.meta, "ended_by": "env_failed", "env_failed": True, "env_error": error}).finish(
+                          success=False, score=0.0)
+
+
+def _at(infos: dict, key: str, i: int) -> Any:
+    """Env ``i``'s entry of a gymnasium vector info dict, or None where it has none."""
+    mask = infos.get("_" + key)
+    return infos[key][i] if mask is not None and mask[i] else None
 
 
 def run_episodes(
@@ -112,43 +132,55 @@ def run_episodes(
 ) -> list[Trajectory]:
     """Play every job to its end; trajectories come back in job order.
 
-    Sampling is seeded per turn (``seed`` + turn), so the same jobs and seed give the same episodes.
+    Sampling is seeded per turn (``seed`` + turn), so the same jobs and seed give the same episodes on
+    every env backend. An episode whose env crashed (Ray) comes back with no steps and
+    ``meta["env_failed"]``; the trainer leaves it out of its group.
     """
     stats = stats if stats is not None else RolloutStats()
     envs = pool.get(len(jobs))
-    pool.finished.clear()
-    observations: list[dict] = []
-    for env, job in zip(envs, jobs):
-        options = {"task_id": job.task_id, "group_id": job.group_id, "trajectory_meta": dict(job.meta)}
-        obs, _ = env.reset(seed=job.seed, options=options)
-        observations.append(obs)
+    size = envs.num_envs
+    slot_jobs: list[dict | None] = [
+        {"options": {"task_id": job.task_id, "group_id": job.group_id, "trajectory_meta": dict(job.meta)}}
+        for job in jobs
+    ] + [None] * (size - len(jobs))
+    seeds = [job.seed for job in jobs] + [None] * (size - len(jobs))
+    t0 = time.perf_counter()
+    obs, _ = envs.reset(seed=seeds, options={SLOT_JOBS: slot_jobs})
+    stats.env_s += time.perf_counter() - t0
+    prompts_text = list(obs["prompt"])
+    finished: dict[int, Trajectory] = {}
     active = list(range(len(jobs)))
     turn = 0
     while active:
-        prompts = [encode_prompt(tokenizer, observations[i]["prompt"]) for i in active]
+        prompts = [encode_prompt(tokenizer, prompts_text[i]) for i in active]
         t0 = time.perf_counter()
         generations = backend.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature,
                                        top_p=top_p, greedy=greedy, seed=seed + turn)
         stats.generate_s += time.perf_counter() - t0
         stats.generated_tokens += sum(len(g.response_token_ids) for g in generations)
-        t0 = time.perf_counter()
-        still_active = []
+        actions: list[str] = [""] * size  # idle slots ignore theirs
         for i, gen in zip(active, generations):
-            env = envs[i]
-            env.attach_tokens(gen.prompt_token_ids, gen.response_token_ids, gen.response_logprobs)
-            obs, _, terminated, truncated, _ = env.step(gen.text)
-            observations[i] = obs
-            if not (terminated or truncated):
-                still_active.append(i)
+            actions[i] = TokenizedResponse(gen.text, gen.prompt_token_ids, gen.response_token_ids,
+                                           gen.response_logprobs)
+        t0 = time.perf_counter()
+        obs, _, terminated, truncated, infos = envs.step(tuple(actions))
         stats.env_s += time.perf_counter() - t0
+        prompts_text = list(obs["prompt"])
+        still_active = []
+        for i in active:
+            if not (terminated[i] or truncated[i]):
+                still_active.append(i)
+            elif _at(infos, "env_failed", i):
+                finished[i] = _failed_trajectory(jobs[i], pool.spec, str(_at(infos, "env_error", i)))
+            elif (trajectory := _at(infos, "trajectory", i)) is not None:
+                finished[i] = trajectory
         active = still_active
         turn += 1
     stats.turns += turn
-    by_index = dict(pool.finished)
-    missing = [i for i in range(len(jobs)) if i not in by_index]
+    missing = [i for i in range(len(jobs)) if i not in finished]
     if missing:
         raise RuntimeError(f"episodes {missing} ended without a trajectory")
-    return [by_index[i] for i in range(len(jobs))]
+    return [finished[i] for i in range(len(jobs))]
 
 
 def sample_tasks(panel: Sequence[str], n: int, rng: np.random.Generator) -> list[str]:

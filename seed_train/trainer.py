@@ -38,7 +38,7 @@ from seed_train.generation import GenerationBackend, HFGenerateBackend
 from seed_train.logs import MetricsLogger
 from seed_train.losses import gate_advantage_covariance, opd_gate, seed_loss
 from seed_train.policy import (LoraSettings, frozen_copy, load_policy, merge_and_restart_lora,
-                               reference_logprobs_context)
+                               reference_logprobs_context, resolve_model)
 from seed_train.rollout import EnvPool, EnvSpec, RolloutStats, group_jobs, run_episodes, sample_tasks
 from seed_train.samples import (StepSample, build_samples, record_teacher_logprobs, response_tensors,
                                 step_advantages)
@@ -113,6 +113,7 @@ def score_samples(model, samples: Sequence[StepSample], *, teacher: bool, refere
     """No-grad scoring passes over the batch: teacher (skill-augmented prompt) and reference log-probs.
 
     Only samples with a valid skill are teacher-scored; the others keep zeros (masked out by skill_valid).
+    The steps of one episode share their prompt head (and skill block), which is computed once per episode.
     """
     out: dict[str, torch.Tensor | None] = {"teacher_logprobs": None, "ref_logprobs": None}
     responses = [s.response_ids for s in samples]
@@ -120,14 +121,15 @@ def score_samples(model, samples: Sequence[StepSample], *, teacher: bool, refere
     if teacher:
         idx = [i for i, s in enumerate(samples) if s.teacher_prompt_ids is not None]
         lp, _ = response_logprobs(model, [samples[i].teacher_prompt_ids for i in idx], [responses[i] for i in idx],
-                                  batch_size=SCORE_BATCH)
+                                  batch_size=SCORE_BATCH, prefix_groups=[samples[i].episode for i in idx])
         full = torch.zeros((len(samples), width), dtype=lp.dtype, device=lp.device)
         full[torch.tensor(idx, device=lp.device), : lp.shape[1]] = lp
         out["teacher_logprobs"] = full
     if reference:
         with reference_logprobs_context(model, reference_model) as ref_model:
             out["ref_logprobs"], _ = response_logprobs(ref_model, [s.prompt_ids for s in samples], responses,
-                                                       batch_size=SCORE_BATCH)
+                                                       batch_size=SCORE_BATCH,
+                                                       prefix_groups=[s.episode for s in samples])
     return out
 
 
@@ -218,7 +220,19 @@ def load(cfg: SeedConfig) -> Policy:
     torch.manual_seed(cfg.seed)  # LoRA's A matrices are drawn at wrapping time
     model, tokenizer = load_policy(cfg.model, lora=lora, dtype=cfg.dtype, device=cfg.device)
     model.eval()
-    return Policy(model, tokenizer, HFGenerateBackend(model, tokenizer), lora)
+    return Policy(model, tokenizer, generation_backend(cfg, model, tokenizer), lora)
+
+
+def generation_backend(cfg: SeedConfig, model, tokenizer) -> GenerationBackend:
+    """``hf``: transformers generate on the policy itself; ``vllm``: an engine on the same weights, re-synced
+    after every update (imported only here, so the hf path never needs vllm)."""
+    if cfg.generation_backend == "vllm":
+        from seed_train.vllm_backend import VLLMBackend
+
+        backend = VLLMBackend(str(resolve_model(cfg.model)), tokenizer, dtype=cfg.dtype)
+        backend.sync_weights(model)
+        return backend
+    return HFGenerateBackend(model, tokenizer)
 
 
 def fix_stage2_start(policy: Policy, cfg: SeedConfig) -> None:
@@ -239,7 +253,7 @@ def fix_stage2_start(policy: Policy, cfg: SeedConfig) -> None:
 def run_eval(policy: Policy, cfg: SeedConfig, name: str, out: Path) -> dict[str, Any]:
     summary = evaluate_policy(policy.backend, policy.tokenizer, env_spec(cfg, cfg.eval_split),
                               max_new_tokens=cfg.max_new_tokens, limit=cfg.eval_limit, seed=cfg.seed,
-                              trajectories_path=out / f"{name}.trajectories.jsonl")
+                              trajectories_path=out / f"{name}.trajectories.jsonl", env_backend=cfg.env_backend)
     write_report(summary, out, name)
     return summary
 
@@ -282,6 +296,9 @@ def seed_iteration(it: int, policy: Policy, optimizer, cfg: SeedConfig, pool: En
     trajectories = run_episodes(policy.backend, policy.tokenizer, pool, jobs, max_new_tokens=cfg.max_new_tokens,
                                 temperature=cfg.temperature, top_p=cfg.top_p, seed=int(rng.integers(2**31)), stats=stats)
     times["rollout_s"] = time.perf_counter() - t0
+    # An episode whose env crashed (Ray backend) has no steps: leave it out of its group's statistics.
+    env_failures = sum(bool(t.meta.get("env_failed")) for t in trajectories)
+    trajectories = [t for t in trajectories if not t.meta.get("env_failed")]
     t0 = time.perf_counter()
     skills = skills_for(trajectories, cfg, policy.backend, policy.tokenizer, policy.model,
                         seed=int(rng.integers(2**31)), frozen=frozen, library=library)
@@ -309,6 +326,7 @@ def seed_iteration(it: int, policy: Policy, optimizer, cfg: SeedConfig, pool: En
     metrics.update(gate_diagnostics(samples, scored, cfg))
     metrics.update(times)
     metrics.update({"generate_s": stats.generate_s, "env_s": stats.env_s, "samples": len(samples),
+                    "env_failures": env_failures,
                     "tokens_per_s": stats.generated_tokens / max(stats.generate_s, 1e-9)})
     return metrics
 
@@ -341,7 +359,7 @@ def train(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]
         say(f"resumed from {cfg.resume} at iteration {start}")
     library = json.loads(Path(cfg.static_skills).read_text()) if cfg.skill_source == "static" else None
     spec = env_spec(cfg, cfg.train_split)
-    pool, panel = EnvPool(spec), panel_of(spec)
+    pool, panel = EnvPool(spec, cfg.env_backend), panel_of(spec)
     logger = MetricsLogger(out, resume_from_iteration=start if cfg.resume else None)
     if cfg.resume:
         drop_trajectories_from(out / "trajectories.jsonl", start)

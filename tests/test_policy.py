@@ -163,6 +163,56 @@ def test_full_finetune_reference_needs_a_frozen_copy(tiny_model_dir: Path) -> No
     torch.testing.assert_close(ref_lp, before, atol=1e-6, rtol=0)
 
 
+def _episode_batch(tok) -> tuple[list[list[int]], list[list[int]], list[int]]:
+    """Two 'episodes' whose steps share a long head and differ in the last observation."""
+    head_a = "Task: put a clean apple in fridge 1. Episode-Level Skill: go to the sink, clean, then open the fridge."
+    head_b = "Task: heat some egg and put it in the countertop. Use the microwave."
+    prompts, responses, groups = [], [], []
+    for e, (head, obs) in enumerate([(head_a, ["You see a sink 1.", "You are at the fridge.", "Nothing."]),
+                                     (head_b, ["You see a microwave 1 and a table.", "ok"]),
+                                     ("look", ["alone"])]):
+        for k, o in enumerate(obs):
+            prompts.append(encode_prompt(tok, f"{head}\nNow: {o}"))
+            responses.append(tok(["<action>go to sink 1</action>", "look", "open fridge 1 now please"][k % 3],
+                                 add_special_tokens=False)["input_ids"])
+            groups.append(e)
+    return prompts, responses, groups
+
+
+def test_shared_prefix_scoring_equals_plain_scoring(tiny_model_dir: Path) -> None:
+    from seed_train.scoring import MIN_SHARED_PREFIX, common_prefix_length
+
+    assert common_prefix_length([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
+    model, tok = load_policy(str(tiny_model_dir), lora=LoraSettings(r=4, alpha=8))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.add_(0.3 * torch.randn(param.shape, generator=torch.Generator().manual_seed(1)))
+    prompts, responses, groups = _episode_batch(tok)
+    assert common_prefix_length(prompts[:3]) >= MIN_SHARED_PREFIX  # the shared path is really taken
+    plain, mask = response_logprobs(model, prompts, responses, batch_size=2)
+    shared, mask2 = response_logprobs(model, prompts, responses, batch_size=2, prefix_groups=groups)
+    torch.testing.assert_close(shared, plain, atol=1e-5, rtol=0)
+    assert torch.equal(mask, mask2) and bool((shared * (1 - mask) == 0).all())
+    # Same under the reference (adapters off) and with a prompt that is all head: a row equal to another
+    # row's prompt keeps one tail token.
+    dup_prompts, dup_responses, dup_groups = prompts + [prompts[0]], responses + [responses[1]], groups + [0]
+    with reference_logprobs_context(model) as ref:
+        plain_ref, _ = response_logprobs(ref, dup_prompts, dup_responses)
+        shared_ref, _ = response_logprobs(ref, dup_prompts, dup_responses, prefix_groups=dup_groups)
+    torch.testing.assert_close(shared_ref, plain_ref, atol=1e-5, rtol=0)
+    # Gradients flow through the shared head exactly as through the plain pass.
+    grads = []
+    for kw in ({}, {"prefix_groups": groups}):
+        model.zero_grad(set_to_none=True)
+        lp, m = response_logprobs(model, prompts, responses, grad=True, **kw)
+        (lp * m).sum().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad]))
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="prefix_groups"):
+        response_logprobs(model, prompts, responses, prefix_groups=groups[:-1])
+
+
 # --- embedded default ------------------------------------------------------------------------
 
 

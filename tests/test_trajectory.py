@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from wrappers import Step, Trajectory, TrajectoryRecorder, TrajectoryWriter, read_trajectories, resolve_image
+from wrappers import (Step, TokenizedResponse, Trajectory, TrajectoryRecorder, TrajectoryWriter, read_trajectories,
+                      resolve_image)
 from wrappers.trajectory import SCHEMA_VERSION, json_safe
 
 
@@ -107,6 +108,22 @@ def test_reset_options_for_recorder_are_not_passed_to_env():
 def test_recorder_rejects_a_non_callable_sink():
     with pytest.raises(ValueError, match="sink"):
         TrajectoryRecorder(CountdownEnv(), sink=42)
+    with pytest.raises(ValueError, match="trajectory_in_info"):
+        TrajectoryRecorder(CountdownEnv(), sink=None)
+
+
+def test_tokens_ride_on_the_action_and_the_episode_comes_back_in_info():
+    env = TrajectoryRecorder(CountdownEnv(2), sink=None, trajectory_in_info=True)
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(TokenizedResponse("2", [7, 8], [9], [-0.25]))
+    assert "trajectory" not in info
+    _, _, term, _, info = env.step("1")  # a plain str: no tokens for this step
+    assert term
+    t = info["trajectory"]
+    assert isinstance(t, Trajectory) and t.length == 2 and t.success
+    assert (t.steps[0].prompt_token_ids, t.steps[0].response_token_ids, t.steps[0].response_logprobs) == ([7, 8], [9], [-0.25])
+    assert t.steps[0].response == "2" and type(t.steps[0].response) is str  # stored as plain text
+    assert t.steps[1].response_token_ids is None
 
 
 def test_path_sink_is_owned_and_survives_spec_copies(tmp_path):

@@ -11,7 +11,7 @@ Stack them with the recorder outermost::
 """
 from wrappers.action_parser import LLMActionParser, ParseResult, format_instructions, parse_action
 from wrappers.prompt import PromptParts, PromptRenderer, PromptTemplate, TEMPLATES, render_prompt
-from wrappers.recorder import TrajectoryRecorder
+from wrappers.recorder import TokenizedResponse, TrajectoryRecorder
 from wrappers.trajectory import (
     SCHEMA,
     SCHEMA_VERSION,
@@ -33,6 +33,7 @@ __all__ = [
     "Step",
     "TEMPLATES",
     "Trajectory",
+    "TokenizedResponse",
     "TrajectoryRecorder",
     "TrajectoryWriter",
     "format_instructions",

@@ -18,6 +18,35 @@ _INFO_SKIP = frozenset({"prompt_parts"})
 RECORDER_OPTIONS = ("group_id", "episode_id", "trajectory_meta")
 
 
+class TokenizedResponse(str):
+    """A model's response text that also carries the token ids behind it.
+
+    It *is* the text (a ``str``), so every wrapper and env below the recorder treats it as the action
+    string; :class:`TrajectoryRecorder` reads the tokens from it. Unlike :meth:`TrajectoryRecorder.
+    attach_tokens` it travels with the action, so it works through vector envs whose sub-envs live in
+    other processes (``AsyncVectorEnv``, Ray actors): it pickles with its tokens.
+    """
+
+    prompt_token_ids: list[int] | None
+    response_token_ids: list[int] | None
+    response_logprobs: list[float] | None
+
+    def __new__(cls, text: str, prompt_token_ids: Sequence[int] | None = None,
+                response_token_ids: Sequence[int] | None = None, response_logprobs: Sequence[float] | None = None):
+        obj = super().__new__(cls, text)
+        obj.prompt_token_ids = None if prompt_token_ids is None else [int(t) for t in prompt_token_ids]
+        obj.response_token_ids = None if response_token_ids is None else [int(t) for t in response_token_ids]
+        obj.response_logprobs = None if response_logprobs is None else [float(x) for x in response_logprobs]
+        return obj
+
+    def __reduce__(self):
+        return (TokenizedResponse, (str(self), self.prompt_token_ids, self.response_token_ids, self.response_logprobs))
+
+    def token_fields(self) -> dict[str, Any]:
+        return {"prompt_token_ids": self.prompt_token_ids, "response_token_ids": self.response_token_ids,
+                "response_logprobs": self.response_logprobs}
+
+
 class TrajectoryRecorder(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Records each episode as a :class:`~wrappers.trajectory.Trajectory` and hands it to ``sink``.
 
@@ -32,16 +61,21 @@ class TrajectoryRecorder(gym.Wrapper, gym.utils.RecordConstructorArgs):
     Args:
         env: any env with dict observations holding ``"text"`` (and optionally ``"image"``).
         sink: a JSONL path (the recorder opens a ``TrajectoryWriter`` there and closes it on ``close``),
-            or a callable taking each finished Trajectory (a ``TrajectoryWriter`` works directly).
-            Only a path sink is kept in the wrapper's spec, so only then can ``gym.make(env.spec)``
-            rebuild the stack (a callable is a live object: it is recorded as None).
+            or a callable taking each finished Trajectory (a ``TrajectoryWriter`` works directly), or
+            None with ``trajectory_in_info``. Only a path sink is kept in the wrapper's spec, so only
+            then can ``gym.make(env.spec)`` rebuild the stack (a callable is a live object: it is
+            recorded as None).
         env_id: stored in the trajectory; defaults to ``env.spec.id`` when the env has a spec.
         record_images: keep ``obs["image"]`` per step (saved as PNG by the writer).
         keep_incomplete: hand over an episode cut short by ``reset``/``close`` (``meta["ended_by"]``).
+        trajectory_in_info: also return the finished Trajectory in the last step's
+            ``info["trajectory"]``; this is how a vector env with sub-envs in other processes hands
+            episodes back to the process that trains (an episode cut short by ``reset`` is then
+            only given to the sink).
 
     Reset options ``group_id``, ``episode_id`` and ``trajectory_meta`` (a dict) are taken by the
-    recorder and not passed on. Token-level fields come from the trainer through
-    :meth:`attach_tokens`, called before the step they belong to.
+    recorder and not passed on. Token-level fields come with the action (a :class:`TokenizedResponse`)
+    or from :meth:`attach_tokens`, called before the step they belong to.
     """
 
     def __init__(
@@ -52,17 +86,20 @@ class TrajectoryRecorder(gym.Wrapper, gym.utils.RecordConstructorArgs):
         env_id: str | None = None,
         record_images: bool = True,
         keep_incomplete: bool = True,
+        trajectory_in_info: bool = False,
     ):
         is_path = isinstance(sink, (str, os.PathLike))
         gym.utils.RecordConstructorArgs.__init__(
             self, sink=os.fspath(sink) if is_path else None, env_id=env_id, record_images=record_images,
-            keep_incomplete=keep_incomplete,
+            keep_incomplete=keep_incomplete, trajectory_in_info=trajectory_in_info,
         )
         gym.Wrapper.__init__(self, env)
-        if not is_path and not callable(sink):
-            raise ValueError("sink: expected a JSONL path or a callable taking a Trajectory (e.g. a TrajectoryWriter)")
+        if not is_path and not callable(sink) and not (sink is None and trajectory_in_info):
+            raise ValueError("sink: expected a JSONL path or a callable taking a Trajectory (e.g. a TrajectoryWriter), "
+                             "or None with trajectory_in_info=True")
         self._owned_writer = TrajectoryWriter(sink) if is_path else None
         self.sink = self._owned_writer if is_path else sink
+        self.trajectory_in_info = trajectory_in_info
         self.env_id = env_id if env_id is not None else getattr(env.spec, "id", None)
         self.record_images = record_images
         self.keep_incomplete = keep_incomplete
@@ -112,7 +149,9 @@ class TrajectoryRecorder(gym.Wrapper, gym.utils.RecordConstructorArgs):
             self._trajectory.steps.append(self._make_step(action, reward, terminated, truncated, info))
             self._last_obs, self._last_info = obs, info
             if terminated or truncated:
-                self._finish(info, obs, ended_by="terminated" if terminated else "truncated")
+                trajectory = self._finish(info, obs, ended_by="terminated" if terminated else "truncated")
+                if self.trajectory_in_info:
+                    info = {**info, "trajectory": trajectory}
         return obs, reward, terminated, truncated, info
 
     def close(self):
@@ -124,7 +163,7 @@ class TrajectoryRecorder(gym.Wrapper, gym.utils.RecordConstructorArgs):
     # ------------------------------------------------------------------ internals
     def _make_step(self, action: Any, reward, terminated, truncated, info: dict) -> Step:
         seen, seen_info = self._last_obs or {}, self._last_info or {}
-        response = action if isinstance(action, str) else repr(action)
+        response = str(action) if isinstance(action, str) else repr(action)
         executed = info.get("action", response)
         image = seen.get("image") if self.record_images else None
         step = Step(
@@ -141,17 +180,19 @@ class TrajectoryRecorder(gym.Wrapper, gym.utils.RecordConstructorArgs):
             prompt_parts=json_safe(seen_info.get("prompt_parts")),
             image=np.array(image, dtype=np.uint8, copy=True) if image is not None else None,
             info=json_safe({k: v for k, v in info.items() if k not in _INFO_SKIP}),
-            **self._pending_tokens,
+            **(action.token_fields() if isinstance(action, TokenizedResponse) else self._pending_tokens),
         )
         self._pending_tokens = {}
         return step
 
-    def _finish(self, info: dict, obs: dict, ended_by: str) -> None:
+    def _finish(self, info: dict, obs: dict, ended_by: str) -> Trajectory:
         traj, self._trajectory = self._trajectory, None
         traj.meta["ended_by"] = ended_by
         traj.meta["final_observation"] = str(obs.get("text", ""))
         traj.finish(success=bool(info.get("success", False)), score=float(info.get("score", 0.0)))
-        self.sink(traj)
+        if self.sink is not None:
+            self.sink(traj)
+        return traj
 
     def _end_incomplete(self, ended_by: str) -> None:
         if self._trajectory is None:

@@ -1,0 +1,111 @@
+"""Where rollout envs run: ``sync`` (this process), ``async`` (subprocesses) or ``ray`` (Ray actors).
+
+All three are gymnasium vector envs over the same per-env stack, so the rollout loop
+(:func:`seed_train.rollout.run_episodes`) is one piece of code whichever backend steps the envs::
+
+    RolloutSlot(TrajectoryRecorder(LLMActionParser(PromptRenderer(gym.make(env_id))), trajectory_in_info=True))
+
+- ``sync``: gymnasium's ``SyncVectorEnv``; no copies, no processes: the default, and the fastest for
+  cheap envs (Sokoban, EZPoints, generated SearchQA).
+- ``async``: gymnasium's ``AsyncVectorEnv`` (``spawn`` start method, no shared memory since text has
+  none); envs step in parallel processes: for slow envs (ALFWorld, WebShop) on one machine.
+- ``ray``: :class:`seed_train.envs_ray.RayVectorEnv`, one actor per env, on any node of a Ray cluster;
+  a crashed actor is replaced and its episode comes back marked ``env_failed``.
+
+Two things cross the process boundary with the data rather than through method calls: the sampled
+token ids ride on the action (:class:`wrappers.TokenizedResponse`, a ``str``), and each finished
+episode comes back in the last step's ``info["trajectory"]``.
+"""
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seed_train.rollout import EnvSpec
+
+ENV_BACKENDS = ("sync", "async", "ray")
+
+#: The reset option holding one entry per slot: ``{"options": {...}}`` to start an episode, or None.
+SLOT_JOBS = "slot_jobs"
+
+
+def _placeholder(space: gym.Space) -> Any:
+    """An empty observation of ``space`` for a slot that has never played (text "", images black)."""
+    if isinstance(space, spaces.Dict):
+        return {k: _placeholder(v) for k, v in space.spaces.items()}
+    if isinstance(space, spaces.Box):
+        return np.zeros(space.shape, dtype=space.dtype)
+    if isinstance(space, spaces.Space) and space.shape is None:  # TextSpace and other custom spaces
+        return ""
+    return space.sample()
+
+
+class RolloutSlot(gym.Wrapper):
+    """Slot ``index`` of a rollout vector env.
+
+    A vector env resets and steps all its sub-envs together, but a rollout batch gives each env its own
+    task and lets episodes end at different turns. So ``reset`` reads this slot's own options from
+    ``options["slot_jobs"][index]`` (None: the slot sits this batch out), and once its episode has
+    ended the slot is idle: steps (and a vector env's autoreset, which passes no slot jobs) return the
+    last observation, reward 0, not done, ``info["slot_idle"] = True``, without touching the env.
+    """
+
+    def __init__(self, env: gym.Env, index: int):
+        super().__init__(env)
+        self.index = index
+        self._live = False
+        self._last_obs: Any = None
+
+    def _idle(self) -> Any:
+        if self._last_obs is None:
+            self._last_obs = _placeholder(self.observation_space)
+        return self._last_obs
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        jobs = (options or {}).get(SLOT_JOBS)
+        job = jobs[self.index] if jobs is not None and self.index < len(jobs) else None
+        if job is None:
+            self._live = False
+            return self._idle(), {"slot_idle": True}
+        obs, info = self.env.reset(seed=seed, options=job.get("options"))
+        self._live, self._last_obs = True, obs
+        return obs, info
+
+    def step(self, action: Any):
+        if not self._live:
+            return self._idle(), 0.0, False, False, {"slot_idle": True}
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._last_obs = obs
+        if terminated or truncated:
+            self._live = False
+        return obs, reward, terminated, truncated, info
+
+
+def make_slot(spec: EnvSpec, index: int) -> gym.Env:
+    """The env of slot ``index`` (module level, so subprocesses and Ray actors can rebuild it)."""
+    import seed_envs  # noqa: F401  (a fresh process has not registered the ids yet)
+
+    return RolloutSlot(spec.make(None, trajectory_in_info=True), index)
+
+
+def make_vector_env(spec: EnvSpec, num_envs: int, backend: str = "sync", *,
+                    ray_cpus_per_env: float = 0.0) -> gym.vector.VectorEnv:
+    """``num_envs`` rollout slots of ``spec`` on ``backend`` (see the module docstring)."""
+    if backend not in ENV_BACKENDS:
+        raise ValueError(f"env_backend must be one of {ENV_BACKENDS}; got {backend!r}")
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1; got {num_envs}")
+    fns = [functools.partial(make_slot, spec, i) for i in range(num_envs)]
+    if backend == "sync":
+        return gym.vector.SyncVectorEnv(fns, copy=False)
+    if backend == "async":
+        # spawn: the trainer process holds torch threads, which fork does not copy safely.
+        return gym.vector.AsyncVectorEnv(fns, shared_memory=False, copy=False, context="spawn")
+    from seed_train.envs_ray import RayVectorEnv
+
+    return RayVectorEnv(fns, num_cpus_per_env=ray_cpus_per_env, copy=False)
