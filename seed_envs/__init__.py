@@ -25,6 +25,7 @@ ENV_IDS: dict[str, str] = {
     "seed/EZPoints-v0": "seed_envs.ezpoints.env:make",
     "seed/ALFWorld-v0": "seed_envs.alfworld.env:make",
     "seed/SearchQA-v0": "seed_envs.searchqa.env:make",
+    "seed/WebShop-v0": "seed_envs.webshop.env:make",
 }
 
 
