@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import socket
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -20,8 +19,8 @@ from gymnasium.utils.env_checker import check_env
 
 import seed_envs
 from seed_envs.webshop.catalog import (
-    CatalogFormatError,
     Catalog,
+    CatalogFormatError,
     default_catalog,
     generate_catalog,
     load_attributes,
@@ -551,9 +550,12 @@ def test_browser_unavailable_is_a_clear_error(monkeypatch):
     from seed_envs.webshop.browser import browser_unavailable_reason, start_chromium
 
     monkeypatch.setenv("SEEDGYM_CHROMEDRIVER", "/nonexistent/chromedriver")
-    assert "chromium-driver" in (browser_unavailable_reason() or "chromium-driver")
-    with pytest.raises(RuntimeError, match="apt-get install chromium chromium-driver|selenium is not installed"):
+    reason = browser_unavailable_reason()
+    assert reason is not None and ("apt-get install chromium chromium-driver" in reason or "selenium" in reason)
+    with pytest.raises(RuntimeError, match="mode='browser': "):
         start_chromium()
+    with pytest.raises(RuntimeError, match="mode='browser': "):
+        make(mode="browser")  # at construction, not at the first reset
 
 
 def test_oracle_in_the_browser_and_screenshots(shared):
@@ -584,7 +586,7 @@ def test_text_and_browser_modes_agree_on_20_scripted_episodes(shared):
     text_env = make(split="test")
     web_env = make(split="test", mode="browser", browser=shared)
     rng = random.Random(2024)
-    junk = ["click[nothing here]", "hello", "search[again]", "click[<b>x</b>]", ""]
+    junk = ["click[nothing here]", "hello", "search[again \ud800 \U0001f600 caf\u00e9]", "click[<b>x</b>]", ""]
     compared = 0
     try:
         for episode in range(20):
@@ -629,6 +631,14 @@ def test_injection_is_inert_in_the_browser(shared, browser):
         assert "Total results" in obs["text"] and browser.title == f"WebShop: {HOSTILE.lower()}"
         obs, *_ = env.step("click[back to search]")
         assert browser.find_element(By.ID, "search_input").get_attribute("value") == HOSTILE.lower()
+        # Characters a form cannot carry as they are (a lone surrogate, NUL) reach the shop as in text mode.
+        odd = "search[caf\u00e9 \ud800 \x00 \U0001f600 black]"
+        text_env = make(split="test")
+        text_env.reset(options={"task_id": env.unwrapped.session.goal.goal_id})
+        t_obs, *_, t_info = text_env.step(odd)
+        w_obs, *_, w_info = env.step(odd)
+        assert w_info["query"] == t_info["query"] == "caf\u00e9 \ufffd \U0001f600 black" and w_obs["text"] == t_obs["text"]
+        env.step("click[back to search]")
         assert browser.find_elements(By.ID, "pwned") == [] and browser.execute_script("return document.scripts.length") == 0
         with pytest.raises(NoAlertPresentException):
             browser.switch_to.alert.text  # noqa: B018 - reading it is the check

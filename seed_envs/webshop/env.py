@@ -12,8 +12,22 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from seed_envs.core import Expert, Outcome, SeedEnv, Task, make_with_time_limit, resolve_data_dir
-from seed_envs.webshop.catalog import DATA_ENV_VAR, TEST_GOALS, Catalog, Goal, default_catalog, load_real_catalog
+from seed_envs.core import (
+    Expert,
+    Outcome,
+    SeedEnv,
+    Task,
+    make_with_time_limit,
+    resolve_data_dir,
+)
+from seed_envs.webshop.catalog import (
+    DATA_ENV_VAR,
+    TEST_GOALS,
+    Catalog,
+    Goal,
+    default_catalog,
+    load_real_catalog,
+)
 from seed_envs.webshop.shop import (
     EMPTY_QUERY,
     NO_SEARCH_BAR,
@@ -176,10 +190,20 @@ class WebShopEnv(SeedEnv):
         elif obs_mode != "text" or render_mode == "rgb_array":
             field = "obs_mode" if obs_mode != "text" else "render_mode"
             raise ValueError(f"{field}: images are screenshots of the browser; use mode='browser' with it")
-        if browser is not None and not hasattr(browser, "execute_script") and type(browser).__name__ != "SharedBrowser":
-            raise ValueError(f"browser: expected a seed_envs.webshop.browser.SharedBrowser or a selenium WebDriver, got {browser!r}")
-        if browser is not None and mode != "browser":
-            raise ValueError("browser: only used with mode='browser'")
+        if browser is not None:
+            from seed_envs.webshop.browser import SharedBrowser
+
+            if not isinstance(browser, SharedBrowser) and not hasattr(browser, "execute_script"):
+                raise ValueError(f"browser: expected a seed_envs.webshop.browser.SharedBrowser or a selenium WebDriver, "
+                                 f"got {type(browser).__name__}")
+            if mode != "browser":
+                raise ValueError("browser: only used with mode='browser'")
+        elif mode == "browser":
+            from seed_envs.webshop.browser import browser_unavailable_reason
+
+            reason = browser_unavailable_reason()
+            if reason:
+                raise RuntimeError(f"mode='browser': {reason}")
         if not isinstance(max_query_chars, int) or isinstance(max_query_chars, bool) or max_query_chars < 1:
             raise ValueError(f"max_query_chars: expected a positive int, got {max_query_chars!r}")
         if importlib.util.find_spec("bm25s") is None:
@@ -206,7 +230,12 @@ class WebShopEnv(SeedEnv):
     def _ensure_browser(self) -> None:
         if self._page is not None:
             return
-        from seed_envs.webshop.browser import BrowserPage, BrowserResources, SharedBrowser, start_chromium
+        from seed_envs.webshop.browser import (
+            BrowserPage,
+            BrowserResources,
+            SharedBrowser,
+            start_chromium,
+        )
         from seed_envs.webshop.server import ShopServer
 
         resources = BrowserResources()

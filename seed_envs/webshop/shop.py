@@ -23,7 +23,6 @@ import html
 import os
 import re
 import threading
-import unicodedata
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import TYPE_CHECKING
@@ -46,10 +45,14 @@ MAX_QUERY_CHARS = 512
 _ACTION = re.compile(r"(search|click)\s*\[(.*)\]", re.DOTALL | re.IGNORECASE)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
 def clean_text(text: str) -> str:
-    """Control characters dropped, whitespace runs made one space: what both renderings show."""
-    if any(unicodedata.category(c) == "Cc" for c in text):
-        text = "".join(" " if unicodedata.category(c) == "Cc" else c for c in text)
+    """Control characters made spaces, lone surrogates made U+FFFD (what a browser's form sends),
+    whitespace runs made one space: what both renderings show and what a search receives."""
+    text = _SURROGATE.sub("\ufffd", _CONTROL.sub(" ", text))
     return " ".join(text.split())
 
 
