@@ -46,13 +46,15 @@ ENV_ID = "seed/WebShop-v0"
 HOSTILE = '<script>alert(1)</script><img id="pwned" src=x onerror="alert(2)">{{7*7}}${7*7}'
 
 
-@pytest.fixture(autouse=True)
-def tmp_cache(tmp_path_factory, monkeypatch):
-    """Catalogs and indexes this file builds go to a temporary cache, never the user's."""
+@pytest.fixture(scope="module", autouse=True)
+def tmp_cache(tmp_path_factory):
+    """Catalogs and indexes this file builds go to a temporary cache, never the user's (module scope,
+    so that it is in place before the module's other fixtures build anything)."""
     path = tmp_path_factory.getbasetemp() / "seedgym-cache"
-    monkeypatch.setenv("SEEDGYM_CACHE", str(path))
-    monkeypatch.delenv("WEBSHOP_DATA", raising=False)
-    return path
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SEEDGYM_CACHE", str(path))
+        mp.delenv("WEBSHOP_DATA", raising=False)
+        yield path
 
 
 @pytest.fixture(scope="module")
