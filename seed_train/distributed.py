@@ -11,14 +11,21 @@ The rules that keep N processes equivalent to one:
 3. **Seeds differ per rank only where they must** (:func:`rank_seed`): task sampling uses the run seed
    (all ranks agree on the tasks, then shard them); sampling of responses uses a per-rank seed.
 
-torch.distributed is used only when a process group is initialised (accelerate does that); with one
-process every helper is the identity, so the single-process trainer is unchanged.
+4. **Gradients are averaged over ranks after each backward** (:func:`all_reduce_grads`), which is what
+   DDP does; done explicitly so generation, peft's adapter switches and scoring keep using the plain
+   module (no DDP wrapper to unwrap). Every rank takes the same number of optimizer steps.
+
+``accelerate launch --multi_gpu --num_processes N -m seed_train train ...`` (or ``torchrun
+--nproc_per_node N -m seed_train train ...``; on CPU too) sets ``RANK`` / ``WORLD_SIZE`` /
+``MASTER_ADDR``; :func:`init_from_env` then starts the process group (gloo on CPU, nccl on CUDA). With
+one process every helper is the identity, so the single-process trainer is unchanged.
 """
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import os
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -93,3 +100,87 @@ def sharded_range(n: int, info: DistInfo) -> range:
     per, extra = divmod(n, info.world_size)
     start = info.rank * per + min(info.rank, extra)
     return range(start, start + per + (1 if info.rank < extra else 0))
+
+
+def init_from_env(device: str = "cpu") -> DistInfo:
+    """Start the process group when launched on several processes (``WORLD_SIZE`` > 1); else one process.
+
+    Returns this process's :class:`DistInfo`. Backend: nccl for CUDA devices, gloo otherwise.
+    """
+    import torch.distributed as dist
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    return dist_info()
+
+
+def local_device(device: str) -> str:
+    """``cuda`` means this process's GPU (``LOCAL_RANK``) under a multi-process launch."""
+    if device == "cuda" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    return device
+
+
+def _world() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def all_reduce_grads(params: Iterable["torch.Tensor"]) -> None:
+    """Average the gradients of ``params`` over ranks (one flat all-reduce); a missing grad counts as 0."""
+    import torch
+    import torch.distributed as dist
+
+    world = _world()
+    if world == 1:
+        return
+    params = [p for p in params if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    flat = torch.cat([p.grad.flatten() for p in params])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    flat /= world
+    offset = 0
+    for p in params:
+        n = p.grad.numel()
+        p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
+        offset += n
+
+
+def gather_lists(items: list[Any]) -> list[Any]:
+    """Every rank's list, concatenated in rank order (each rank gets all); identity on one process."""
+    import torch.distributed as dist
+
+    if _world() == 1:
+        return list(items)
+    parts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, list(items))
+    return [x for part in parts for x in part]
+
+
+def mean_over_ranks(values: dict[str, float]) -> dict[str, float]:
+    """Each statistic averaged over the ranks that report it; identity on one process."""
+    if _world() == 1:
+        return dict(values)
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for part in gather_lists([values]):
+        for k, v in part.items():
+            sums[k] = sums.get(k, 0.0) + float(v)
+            counts[k] = counts.get(k, 0) + 1
+    return {k: sums[k] / counts[k] for k in sums}
+
+
+def sum_over_ranks(value: float) -> float:
+    import torch
+
+    return float(all_reduce_sum(torch.tensor(float(value), dtype=torch.float64)))
+
+
+def barrier() -> None:
+    import torch.distributed as dist
+
+    if _world() > 1:
+        dist.barrier()

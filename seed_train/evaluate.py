@@ -1,8 +1,10 @@
 """Evaluation on a split's full panel: each task exactly once, results by category with 95% intervals.
 
 The panel comes from ``env.unwrapped.task_ids()`` (fixed and sorted), tasks are played in panel order
-in batches, and every task's reset seed is its panel index, so results do not depend on batch size,
-worker count or process.
+in batches, and every task's reset seed is its panel index (and its sampling seed a function of the
+task alone), so results do not depend on batch size, worker count or process. Under data parallelism
+each rank plays a contiguous share of the panel and every rank gets the whole panel's summary; only
+the main process writes files.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from seed_train.distributed import dist_info, gather_lists, sharded_range
 from seed_train.generation import GenerationBackend
 from seed_train.rollout import EnvPool, EnvSpec, EpisodeJob, RolloutStats, run_episodes
 from wrappers import Trajectory, TrajectoryWriter
@@ -67,16 +70,18 @@ def evaluate_policy(
 ) -> dict[str, Any]:
     """Play the split's panel once (``limit`` > 0: that many tasks spread over it); returns the summary."""
     panel = subsample_panel(panel_of(spec), limit)
+    mine = list(sharded_range(len(panel), dist_info()))
     pool = EnvPool(spec, env_backend)
     stats = RolloutStats()
     trajectories: list[Trajectory] = []
-    for start in range(0, len(panel), batch_size):
-        jobs = [EpisodeJob(task_id=t, seed=start + k, group_id=f"eval-{start + k}", meta={"eval": True})
-                for k, t in enumerate(panel[start:start + batch_size])]
+    for start in range(0, len(mine), batch_size):
+        jobs = [EpisodeJob(task_id=panel[k], seed=k, group_id=f"eval-{k}", meta={"eval": True})
+                for k in mine[start:start + batch_size]]
         trajectories += run_episodes(backend, tokenizer, pool, jobs, max_new_tokens=max_new_tokens, greedy=greedy,
-                                     temperature=temperature, seed=seed * 1_000_003 + start, stats=stats)
+                                     temperature=temperature, seed=seed * 1_000_003, stats=stats)
     pool.close()
-    if trajectories_path:
+    trajectories = gather_lists(trajectories)  # the whole panel, in panel order
+    if trajectories_path and dist_info().is_main:
         Path(trajectories_path).unlink(missing_ok=True)  # one evaluation, one file
         with TrajectoryWriter(trajectories_path) as writer:
             for t in trajectories:

@@ -52,8 +52,13 @@ class GenerationBackend(Protocol):
         top_p: float = 1.0,
         greedy: bool = False,
         seed: int | None = None,
+        row_seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
-        """Generate one response per prompt (token ids in, :class:`Generation` out, same order)."""
+        """Generate one response per prompt (token ids in, :class:`Generation` out, same order).
+
+        ``row_seeds`` (one per prompt) make each row's sampling depend on its own seed only, not on
+        which other prompts share the batch or their order; ``seed`` seeds the batch as a whole.
+        """
         ...
 
     def sync_weights(self, model: Any) -> None:
@@ -85,6 +90,43 @@ def _seeded(seed: int | None, device: "torch.device") -> Iterator[None]:
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         yield
+
+
+class RowSeededSampler:
+    """A logits processor that samples each row with its own generator (use with greedy decoding).
+
+    ``argmax(log softmax(logits / T) restricted to the top-p nucleus + Gumbel noise)`` is a draw from
+    the tempered, nucleus-truncated distribution (the Gumbel-max trick). The noise of row ``i`` comes
+    from a generator seeded with ``row_seeds[i]``, so a row's tokens depend on its prompt and seed and
+    not on the rest of the batch: episodes replay the same whatever the batch size, the order of
+    jobs or the number of data-parallel ranks.
+    """
+
+    def __init__(self, row_seeds: Sequence[int], temperature: float, top_p: float, device: "torch.device"):
+        import torch
+
+        self.temperature, self.top_p = float(temperature), float(top_p)
+        self.generators = []
+        for s in row_seeds:
+            g = torch.Generator(device=device)
+            g.manual_seed(int(s) % (2**63))
+            self.generators.append(g)
+
+    def __call__(self, input_ids: "torch.Tensor", scores: "torch.Tensor") -> "torch.Tensor":
+        import torch
+
+        logits = scores.float() / self.temperature
+        if self.top_p < 1.0:
+            sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+            probs = torch.softmax(sorted_logits, dim=-1)
+            # Drop a token when the tokens ranked above it already hold top_p of the mass (keeps >= 1).
+            drop_sorted = (probs.cumsum(-1) - probs) >= self.top_p
+            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+            logits = logits.masked_fill(drop, float("-inf"))
+        uniform = torch.stack([torch.rand(logits.shape[-1], generator=g, device=logits.device)
+                               for g in self.generators])
+        gumbel = -torch.log(-torch.log(uniform.clamp(min=1e-20)))
+        return torch.log_softmax(logits, dim=-1) + gumbel
 
 
 @contextlib.contextmanager
@@ -160,12 +202,19 @@ class HFGenerateBackend:
         top_p: float = 1.0,
         greedy: bool = False,
         seed: int | None = None,
+        row_seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
-        """Generate one response per prompt; see :class:`Generation` for what is recorded."""
+        """Generate one response per prompt; see :class:`Generation` for what is recorded.
+
+        With ``row_seeds`` (and not greedy) each row samples with its own generator
+        (:class:`RowSeededSampler`) and ``seed`` is not used.
+        """
         import torch
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig, LogitsProcessorList
 
         _validate(prompts, max_new_tokens, temperature, top_p)
+        if row_seeds is not None and len(row_seeds) != len(prompts):
+            raise ValueError(f"row_seeds: {len(row_seeds)} seeds for {len(prompts)} prompts")
         if not prompts:
             return []
         device = self._device()
@@ -178,11 +227,15 @@ class HFGenerateBackend:
 
         # top_k=0 explicitly: otherwise a model's generation_config (or transformers' default of 50)
         # would silently truncate the sampling distribution.
-        sampling: dict[str, Any] = (
-            {"do_sample": False}
-            if greedy
-            else {"do_sample": True, "temperature": float(temperature), "top_p": float(top_p), "top_k": 0}
-        )
+        processors = LogitsProcessorList()
+        if greedy:
+            sampling: dict[str, Any] = {"do_sample": False}
+        elif row_seeds is not None:
+            # Greedy decoding over Gumbel-perturbed log-probs: sampling with one generator per row.
+            sampling = {"do_sample": False}
+            processors.append(RowSeededSampler(row_seeds, temperature, top_p, device))
+        else:
+            sampling = {"do_sample": True, "temperature": float(temperature), "top_p": float(top_p), "top_k": 0}
         config = GenerationConfig(
             max_new_tokens=max_new_tokens,
             min_new_tokens=0,
@@ -203,6 +256,7 @@ class HFGenerateBackend:
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
                 generation_config=config,
+                logits_processor=processors,
             )
         new_tokens = out.sequences[:, width:].cpu()
         # Raw logits (before temperature/top-p), one [B, V] tensor per step.

@@ -6,6 +6,10 @@ Pure functions on per-token tensors ``[B, T]`` (response tokens only, right-padd
 Masks combine by multiplication; every term is a token mean ``sum(x * m) / max(sum(m), 1)`` over the
 micro-batch. Statistics are returned as Python floats (detached).
 
+Data-parallel training replaces the denominators ``sum(m)`` by the token counts of the whole global
+minibatch divided by the world size (``token_count`` / ``opd_token_count`` of :func:`seed_loss`), so
+that averaging the ranks' gradients gives the gradient of the global token mean.
+
     L = L_PPO + kl_coef * mean_tokens(k3(ref || theta)) + opd_coef * mean_tokens(m * g * (sg[l_skill] - l_theta))
 """
 from __future__ import annotations
@@ -14,9 +18,14 @@ import torch
 from torch import Tensor
 
 
-def masked_token_mean(x: Tensor, mask: Tensor) -> Tensor:
-    """Token mean over the mask: ``sum(x * m) / max(sum(m), 1)``; 0 when the mask is empty."""
-    return (x * mask).sum() / mask.sum().clamp(min=1)
+def masked_token_mean(x: Tensor, mask: Tensor, denominator: Tensor | float | None = None) -> Tensor:
+    """Token mean over the mask: ``sum(x * m) / max(sum(m), 1)``; 0 when the mask is empty.
+
+    ``denominator`` replaces ``sum(m)`` (data parallelism: the global count over the world size).
+    """
+    if denominator is None:
+        return (x * mask).sum() / mask.sum().clamp(min=1)
+    return (x * mask).sum() / max(float(denominator), 1e-12)
 
 
 def ppo_clip_loss(
@@ -27,6 +36,7 @@ def ppo_clip_loss(
     *,
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
+    token_count: Tensor | float | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO-clip surrogate, token mean: ``L = mean_m( max(-A r, -A clip(r, 1 - eps, 1 + eps_high)) )``.
 
@@ -50,7 +60,7 @@ def ppo_clip_loss(
     advantages = advantages.detach()
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - clip_eps, 1.0 + eps_high)
-    loss = masked_token_mean(torch.maximum(unclipped, clipped), response_mask)
+    loss = masked_token_mean(torch.maximum(unclipped, clipped), response_mask, token_count)
     with torch.no_grad():
         stats = {
             "pg_loss": loss.item(),
@@ -81,6 +91,7 @@ def opd_loss(
     skill_valid: Tensor,
     *,
     beta: float = 5.0,
+    token_count: Tensor | float | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """SEED gated on-policy distillation term.
 
@@ -111,7 +122,7 @@ def opd_loss(
     mask = response_mask * skill_valid.to(response_mask.dtype)[:, None]
     delta = (l_skill - logprobs).detach()
     gate = torch.sigmoid(beta * delta)
-    term = masked_token_mean(gate * (l_skill - logprobs), mask)
+    term = masked_token_mean(gate * (l_skill - logprobs), mask, token_count)
     with torch.no_grad():
         stats = {
             "opd_term": term.item(),
@@ -157,6 +168,8 @@ def seed_loss(
     kl_coef: float = 0.0,
     opd_coef: float = 0.01,
     opd_beta: float = 5.0,
+    token_count: Tensor | float | None = None,
+    opd_token_count: Tensor | float | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """SEED Stage 2 loss: ``L = L_PPO + kl_coef * KL + opd_coef * OPD``.
 
@@ -165,21 +178,25 @@ def seed_loss(
     ``teacher_logprobs`` given, OPD statistics and ``gate_adv_cov`` are logged even when
     ``opd_coef == 0``. ``skill_valid=None`` means every skill is valid.
     Paper defaults: clip 0.2, KL 0.01 (the caller passes it), opd_coef 0.01, opd_beta 5.
+    ``token_count`` / ``opd_token_count``: denominators of the PPO+KL and OPD token means (default: this
+    batch's counts; see the module docstring for data parallelism).
 
     Returns:
         ``(loss, stats)``: stats of :func:`ppo_clip_loss`, ``kl`` if used, those of :func:`opd_loss`
         plus ``gate_adv_cov`` if a teacher is given, and ``loss``.
     """
     loss, stats = ppo_clip_loss(
-        logprobs, old_logprobs, advantages, response_mask, clip_eps=clip_eps, clip_eps_high=clip_eps_high
+        logprobs, old_logprobs, advantages, response_mask, clip_eps=clip_eps, clip_eps_high=clip_eps_high,
+        token_count=token_count,
     )
     if ref_logprobs is not None and kl_coef != 0.0:
-        kl = masked_token_mean(kl_low_var(logprobs, ref_logprobs), response_mask)
+        kl = masked_token_mean(kl_low_var(logprobs, ref_logprobs), response_mask, token_count)
         loss = loss + kl_coef * kl
         stats["kl"] = kl.item()
     if teacher_logprobs is not None:
         valid = torch.ones(logprobs.shape[0], device=logprobs.device) if skill_valid is None else skill_valid
-        term, opd_stats = opd_loss(logprobs, teacher_logprobs, response_mask, valid, beta=opd_beta)
+        term, opd_stats = opd_loss(logprobs, teacher_logprobs, response_mask, valid, beta=opd_beta,
+                                   token_count=opd_token_count)
         opd_mask = response_mask * valid.to(response_mask.dtype)[:, None]
         gate = opd_gate(logprobs, teacher_logprobs, beta=opd_beta)
         stats |= opd_stats | {"gate_adv_cov": gate_advantage_covariance(gate, advantages, opd_mask)}

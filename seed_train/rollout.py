@@ -12,6 +12,7 @@ the recorder stores them with the step, so training never re-tokenizes text.
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -60,6 +61,12 @@ class EpisodeJob:
     seed: int
     group_id: str
     meta: dict = field(default_factory=dict)
+    member: int = 0  # index within its group: the group's rollouts sample differently
+
+    def sampling_seed(self, seed: int, turn: int) -> int:
+        """This episode's sampling seed at ``turn``: a function of the job alone, never of its batch."""
+        key = f"{seed}/{turn}/{self.group_id}/{self.member}/{self.task_id}".encode()
+        return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
 
 
 @dataclass
@@ -74,8 +81,9 @@ def group_jobs(task_ids: Sequence[str], group_size: int, *, base_seed: int, pref
     """``group_size`` jobs per task, all with the same task and reset seed (a GRPO group)."""
     jobs = []
     for g, task_id in enumerate(task_ids):
-        for _ in range(group_size):
-            jobs.append(EpisodeJob(task_id=task_id, seed=base_seed + g, group_id=f"{prefix}-g{g}", meta=dict(meta or {})))
+        for member in range(group_size):
+            jobs.append(EpisodeJob(task_id=task_id, seed=base_seed + g, group_id=f"{prefix}-g{g}", meta=dict(meta or {}),
+                                   member=member))
     return jobs
 
 
@@ -132,8 +140,9 @@ def run_episodes(
 ) -> list[Trajectory]:
     """Play every job to its end; trajectories come back in job order.
 
-    Sampling is seeded per turn (``seed`` + turn), so the same jobs and seed give the same episodes on
-    every env backend. An episode whose env crashed (Ray) comes back with no steps and
+    Each episode samples with its own seed per turn (:meth:`EpisodeJob.sampling_seed`), so a job plays
+    the same episode whatever else is in the batch: on every env backend, with any batch size or job
+    order, and on any data-parallel rank (up to float rounding of batched forward passes). An episode whose env crashed (Ray) comes back with no steps and
     ``meta["env_failed"]``; the trainer leaves it out of its group.
     """
     stats = stats if stats is not None else RolloutStats()
@@ -155,7 +164,8 @@ def run_episodes(
         prompts = [encode_prompt(tokenizer, prompts_text[i]) for i in active]
         t0 = time.perf_counter()
         generations = backend.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                                       top_p=top_p, greedy=greedy, seed=seed + turn)
+                                       top_p=top_p, greedy=greedy,
+                                       row_seeds=[jobs[i].sampling_seed(seed, turn) for i in active])
         stats.generate_s += time.perf_counter() - t0
         stats.generated_tokens += sum(len(g.response_token_ids) for g in generations)
         actions: list[str] = [""] * size  # idle slots ignore theirs

@@ -18,6 +18,7 @@ The trainer touches environments only through gymnasium, the wrappers and the tr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 from collections import defaultdict
@@ -31,6 +32,8 @@ import torch
 from tqdm import tqdm
 from safetensors.torch import load_file, save_file
 
+from seed_train.distributed import (all_reduce_grads, barrier, dist_info, gather_lists, init_from_env, local_device,
+                                  mean_over_ranks, shard_groups, sum_over_ranks)
 from seed_train.checkpoint import load_checkpoint, load_trainable_state, save_checkpoint, trainable_state
 from seed_train.config import SeedConfig
 from seed_train.evaluate import evaluate_policy, markdown_table, panel_of, write_report
@@ -140,36 +143,54 @@ def _rows(idx, width: int, device):
 
 def update_policy(model, optimizer, samples: Sequence[StepSample], scored: dict, cfg: SeedConfig,
                   rng: np.random.Generator) -> dict[str, float]:
-    """PPO epochs over the samples in minibatches; returns the mean of each loss statistic."""
-    tensors = response_tensors(samples)
+    """PPO epochs over the samples in minibatches; returns the mean of each loss statistic.
+
+    Each epoch splits a permutation of the samples into ``ceil(N / minibatch_size)`` near-equal
+    minibatches. Under data parallelism N is the global sample count, every rank takes that many
+    optimizer steps over its own samples, the token means use the global minibatch's token counts and
+    gradients are averaged over ranks, so one minibatch covering all samples gives exactly the
+    single-process update.
+    """
+    tensors = response_tensors(samples) if samples else None
     device = next(model.parameters()).device
     params = [p for p in model.parameters() if p.requires_grad]
+    world = dist_info().world_size
+    n_minibatches = max(1, -(-int(sum_over_ranks(len(samples))) // cfg.minibatch_size))
     sums: dict[str, float] = defaultdict(float)
     steps = 0
     model.train()
     for _ in range(cfg.ppo_epochs):
-        order = rng.permutation(len(samples))
-        for start in range(0, len(order), cfg.minibatch_size):
-            idx = order[start:start + cfg.minibatch_size]
+        for idx in np.array_split(rng.permutation(len(samples)), n_minibatches):
             batch = [samples[i] for i in idx]
-            logprobs, mask = response_logprobs(model, [s.prompt_ids for s in batch], [s.response_ids for s in batch],
-                                               batch_size=cfg.minibatch_size, grad=True)
-            rows = _rows(idx, mask.shape[1], device)
-            loss, stats = seed_loss(
-                logprobs, rows(tensors["old_logprobs"]), rows(tensors["advantages"]), mask,
-                ref_logprobs=rows(scored["ref_logprobs"]), teacher_logprobs=rows(scored["teacher_logprobs"]),
-                skill_valid=tensors["skill_valid"][idx].to(device), clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef,
-                opd_coef=cfg.opd_coef, opd_beta=cfg.opd_beta,
-            )
+            # Denominators of the token means: the global minibatch's counts over the world size.
+            response_tokens = sum(len(s.response_ids) for s in batch)
+            opd_tokens = sum(len(s.response_ids) for s in batch if s.teacher_prompt_ids is not None)
+            token_count = sum_over_ranks(response_tokens) / world
+            opd_token_count = sum_over_ranks(opd_tokens) / world
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            if batch:
+                logprobs, mask = response_logprobs(model, [s.prompt_ids for s in batch],
+                                                   [s.response_ids for s in batch], batch_size=cfg.minibatch_size,
+                                                   grad=True)
+                rows = _rows(idx, mask.shape[1], device)
+                loss, stats = seed_loss(
+                    logprobs, rows(tensors["old_logprobs"]), rows(tensors["advantages"]), mask,
+                    ref_logprobs=rows(scored["ref_logprobs"]), teacher_logprobs=rows(scored["teacher_logprobs"]),
+                    skill_valid=tensors["skill_valid"][idx].to(device), clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef,
+                    opd_coef=cfg.opd_coef, opd_beta=cfg.opd_beta, token_count=token_count,
+                    opd_token_count=opd_token_count if opd_tokens else None,
+                )
+                loss.backward()
+            else:  # this rank has no samples in this minibatch: it still joins the gradient average
+                stats = {}
+            all_reduce_grads(params)
             stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
             optimizer.step()
             for k, v in stats.items():
                 sums[k] += float(v)
             steps += 1
     model.eval()
-    return {k: v / max(steps, 1) for k, v in sums.items()}
+    return mean_over_ranks({k: v / max(steps, 1) for k, v in sums.items()})
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory], skills: Sequence[Skill | None]) -> dict[str, float]:
@@ -254,7 +275,8 @@ def run_eval(policy: Policy, cfg: SeedConfig, name: str, out: Path) -> dict[str,
     summary = evaluate_policy(policy.backend, policy.tokenizer, env_spec(cfg, cfg.eval_split),
                               max_new_tokens=cfg.max_new_tokens, limit=cfg.eval_limit, seed=cfg.seed,
                               trajectories_path=out / f"{name}.trajectories.jsonl", env_backend=cfg.env_backend)
-    write_report(summary, out, name)
+    if dist_info().is_main:
+        write_report(summary, out, name)
     return summary
 
 
@@ -291,6 +313,8 @@ def seed_iteration(it: int, policy: Policy, optimizer, cfg: SeedConfig, pool: En
     tasks = sample_tasks(panel, cfg.tasks_per_iteration, rng)
     jobs = group_jobs(tasks, cfg.group_size, base_seed=int(rng.integers(2**31)), prefix=f"it{it}",
                       meta={"iteration": it})
+    # Data parallelism: this rank plays whole groups (advantages need the whole group); one process: all.
+    jobs = shard_groups(jobs, [j.group_id for j in jobs], dist_info())
     stats = RolloutStats()
     t0 = time.perf_counter()
     trajectories = run_episodes(policy.backend, policy.tokenizer, pool, jobs, max_new_tokens=cfg.max_new_tokens,
@@ -316,26 +340,39 @@ def seed_iteration(it: int, policy: Policy, optimizer, cfg: SeedConfig, pool: En
     record_teacher_logprobs(trajectories, samples, scored["teacher_logprobs"], policy.tokenizer)
     for t in trajectories:
         t.meta["opd_beta"] = cfg.opd_beta
-        writer.write(t)
+    # Every rank's episodes, in group order (one process: its own), for the log and the metrics.
+    all_trajectories = gather_lists(trajectories)
+    if writer is not None:
+        for t in all_trajectories:
+            writer.write(t)
     t0 = time.perf_counter()
     loss_stats = update_policy(policy.model, optimizer, samples, scored, cfg, rng)
     times["update_s"] = time.perf_counter() - t0
     policy.backend.sync_weights(policy.model)
-    metrics = rollout_metrics(trajectories, skills if (cfg.opd_coef > 0 and cfg.skill_source != "none") else [])
+    all_skills = gather_lists(skills) if (cfg.opd_coef > 0 and cfg.skill_source != "none") else []
+    metrics = rollout_metrics(all_trajectories, all_skills)
     metrics.update(loss_stats)
-    metrics.update(gate_diagnostics(samples, scored, cfg))
-    metrics.update(times)
-    metrics.update({"generate_s": stats.generate_s, "env_s": stats.env_s, "samples": len(samples),
-                    "env_failures": env_failures,
-                    "tokens_per_s": stats.generated_tokens / max(stats.generate_s, 1e-9)})
+    metrics.update(mean_over_ranks(gate_diagnostics(samples, scored, cfg)))
+    metrics.update(mean_over_ranks({**times, "generate_s": stats.generate_s, "env_s": stats.env_s,
+                                    "tokens_per_s": stats.generated_tokens / max(stats.generate_s, 1e-9)}))
+    metrics.update({"samples": sum_over_ranks(len(samples)), "env_failures": sum_over_ranks(env_failures)})
     return metrics
 
 
 def train(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """The whole run; under ``accelerate launch`` / ``torchrun`` every process calls this (see
+    :mod:`seed_train.distributed`): rollouts and evaluation are sharded, only the main process writes."""
+    info = init_from_env(cfg.device)
+    if info.world_size > 1:
+        cfg = dataclasses.replace(cfg, device=local_device(cfg.device))
+    main = info.is_main
+    if not main:
+        say = _silent
     out = Path(cfg.output_dir)
     ckpts = out / "checkpoints"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
     policy = load(cfg)
     results: dict[str, Any] = {}
     if cfg.resume:
@@ -346,10 +383,11 @@ def train(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]
             results["before"] = run_eval(policy, cfg, "eval_before", out)
             say(markdown_table(results["before"], f"before training: {cfg.env_id} {cfg.eval_split}"))
         if cfg.stage1_demos:
+            # Every rank runs the same (deterministic) Stage 1, so all start Stage 2 from the same θ_0.
             results["stage1"] = run_stage1(policy, cfg, say)
-        # What a resume needs to rebuild θ_0 without redoing Stage 1: its trainable weights.
-        ckpts.mkdir(parents=True, exist_ok=True)
-        save_file(trainable_state(policy.model), str(ckpts / "stage1.safetensors"))
+        if main:  # what a resume needs to rebuild θ_0 without redoing Stage 1: its trainable weights
+            ckpts.mkdir(parents=True, exist_ok=True)
+            save_file(trainable_state(policy.model), str(ckpts / "stage1.safetensors"))
         fix_stage2_start(policy, cfg)
     # The frozen-analyzer control keeps analysing with θ_0's weights.
     frozen_state = trainable_state(policy.model) if cfg.skill_source == "frozen" else None
@@ -360,30 +398,40 @@ def train(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]
     library = json.loads(Path(cfg.static_skills).read_text()) if cfg.skill_source == "static" else None
     spec = env_spec(cfg, cfg.train_split)
     pool, panel = EnvPool(spec, cfg.env_backend), panel_of(spec)
-    logger = MetricsLogger(out, resume_from_iteration=start if cfg.resume else None)
-    if cfg.resume:
+    logger = MetricsLogger(out, resume_from_iteration=start if cfg.resume else None) if main else None
+    if cfg.resume and main:
         drop_trajectories_from(out / "trajectories.jsonl", start)
-    with TrajectoryWriter(out / "trajectories.jsonl") as writer:
-        for it in tqdm(range(start, cfg.iterations), desc="SEED iterations", disable=None, initial=start,
-                       total=cfg.iterations):
+    with (TrajectoryWriter(out / "trajectories.jsonl") if main else contextlib.nullcontext()) as writer:
+        for it in tqdm(range(start, cfg.iterations), desc="SEED iterations", disable=None if main else True,
+                       initial=start, total=cfg.iterations):
             t0 = time.perf_counter()
             metrics = seed_iteration(it, policy, optimizer, cfg, pool, panel, writer, frozen_state, library)
             metrics["iteration_s"] = time.perf_counter() - t0
-            logger.log(it, metrics)
-            logger.plot()
+            if logger is not None:
+                logger.log(it, metrics)
+                logger.plot()
             say(f"iteration {it + 1}/{cfg.iterations}: success {metrics['success']:.2f} return {metrics['return']:.2f} "
                 f"loss {metrics.get('loss', 0):.4f} opd {metrics.get('opd_term', 0):.4f} ({metrics['iteration_s']:.0f}s)")
             if (cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0) or it + 1 == cfg.iterations:
-                save_checkpoint(ckpts / f"iter{it:04d}", policy.model, optimizer, it)
+                if main:
+                    save_checkpoint(ckpts / f"iter{it:04d}", policy.model, optimizer, it)
+                barrier()
     pool.close()
-    logger.close()
+    if logger is not None:
+        logger.close()
     if cfg.eval_after:
         results["after"] = run_eval(policy, cfg, "eval_after", out)
         say(markdown_table(results["after"], f"after training: {cfg.env_id} {cfg.eval_split}"))
-    if cfg.save_final:
-        save_final_policy(policy, out / "final")
-    (out / "results.json").write_text(json.dumps(results, indent=1))
+    if main:
+        if cfg.save_final:
+            save_final_policy(policy, out / "final")
+        (out / "results.json").write_text(json.dumps(results, indent=1))
+    barrier()
     return results
+
+
+def _silent(_: str) -> None:
+    """``say`` on every process but the main one."""
 
 
 def save_final_policy(policy: Policy, folder: Path) -> None:

@@ -45,7 +45,8 @@ class VLLMBackend:
                        logprobs_mode="raw_logprobs", **llm_kwargs)
 
     def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, greedy: bool = False, seed: int | None = None) -> list[Generation]:
+                 top_p: float = 1.0, greedy: bool = False, seed: int | None = None,
+                 row_seeds: Sequence[int] | None = None) -> list[Generation]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -58,7 +59,8 @@ class VLLMBackend:
                 top_p=1.0 if greedy else float(top_p), top_k=-1, repetition_penalty=1.0,
                 stop_token_ids=self.stop_token_ids, logprobs=0,  # 0: just the sampled token's log-prob
                 # A per-request seed (seed + index) keeps sampling reproducible and the requests independent.
-                seed=None if (seed is None or greedy) else int(seed) + i,
+                seed=None if greedy else (int(row_seeds[i]) if row_seeds is not None
+                                          else None if seed is None else int(seed) + i),
                 skip_special_tokens=False, detokenize=False,
             )
             for i in range(len(prompts))

@@ -84,3 +84,54 @@ def test_two_processes_match_one(tmp_path):
     assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
     assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
     assert a["grad_head"] == pytest.approx(b["grad_head"], rel=1e-4, abs=1e-7)
+
+
+def _train_args(out, model_dir: str, skills: str) -> list[str]:
+    # One minibatch covering every sample (8 episodes x <= 2 steps), so 1 and 2 processes take the same step.
+    return ["train", "--env-id", "seed/EZPoints-v0", "--train-split", "test", "--model", model_dir, "--no-lora",
+            "--template", "compact", "--history", "0", "--action-format", "plain", "--max-steps", "2",
+            "--max-new-tokens", "4", "--stage1-demos", "0", "--iterations", "1", "--tasks-per-iteration", "4",
+            "--group-size", "2", "--minibatch-size", "64", "--lr", "1e-3", "--kl-coef", "0.01",
+            "--skill-source", "static", "--static-skills", skills, "--no-eval-before", "--no-eval-after",
+            "--checkpoint-every", "1", "--no-save-final", "--output-dir", str(out)]
+
+
+@pytest.mark.slow
+def test_accelerate_launch_two_processes_match_one(tmp_path):
+    """`accelerate launch` of the real trainer on 2 CPU processes (gloo) gives the same update as 1 process."""
+    import shutil
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    from seed_train.tiny import cached_tiny_model
+
+    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
+    if accelerate is None:
+        pytest.skip("accelerate is not installed (pip install 'seed-gym[train]')")
+    model_dir = str(cached_tiny_model())
+    skills = tmp_path / "skills.json"
+    skills.write_text(json.dumps({"default": "Read both cards, add them if the sum hits the target, else multiply."}))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    one, two = tmp_path / "one", tmp_path / "two"
+    subprocess.run([sys.executable, "-m", "seed_train", *_train_args(one, model_dir, str(skills))], check=True,
+                   env=env, timeout=600, capture_output=True)
+    launched = subprocess.run([accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
+                               str(_free_port()), "-m", "seed_train", *_train_args(two, model_dir, str(skills))],
+                              env=env, timeout=600, capture_output=True, text=True)
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    m1 = json.loads((one / "metrics.jsonl").read_text().splitlines()[0])
+    m2 = json.loads((two / "metrics.jsonl").read_text().splitlines()[0])
+    # Same episodes (sampling is seeded per episode, not per batch or rank), same loss, same new weights.
+    assert m1["samples"] == m2["samples"] and m1["success"] == m2["success"] and m1["return"] == pytest.approx(m2["return"])
+    assert m2["opd_tokens"] > 0 and m1["skill_valid_rate"] == m2["skill_valid_rate"] == 1.0
+    assert m1["loss"] == pytest.approx(m2["loss"], abs=1e-5)
+    w1 = load_file(str(one / "checkpoints" / "iter0000" / "trainable.safetensors"))
+    w2 = load_file(str(two / "checkpoints" / "iter0000" / "trainable.safetensors"))
+    assert w1.keys() == w2.keys()
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], atol=1e-5, rtol=1e-4)
+    # Only the main process wrote: one trajectory log holding every rank's episodes.
+    assert len((two / "trajectories.jsonl").read_text().splitlines()) == 8

@@ -160,3 +160,40 @@ def test_argument_errors(policy, prompts) -> None:
     with pytest.raises(ValueError, match="differ in length"):
         response_logprobs(model, prompts, [[1]])
     assert backend.generate([], max_new_tokens=2) == []
+
+
+def test_row_seeds_make_each_row_independent_of_the_batch(policy, prompts) -> None:
+    backend = HFGenerateBackend(*policy)
+    full = backend.generate(prompts, max_new_tokens=8, temperature=0.8, top_p=0.95, row_seeds=[10, 11, 12, 13])
+    # A different batch (subset, other order, another prompt added) gives each row the same tokens.
+    part = backend.generate([prompts[2], prompts[0], prompts[2]], max_new_tokens=8, temperature=0.8, top_p=0.95,
+                            row_seeds=[12, 10, 99])
+    assert part[0].response_token_ids == full[2].response_token_ids
+    assert part[1].response_token_ids == full[0].response_token_ids
+    assert part[2].response_token_ids != part[0].response_token_ids  # same prompt, other seed
+    model, _ = policy
+    lp, _ = response_logprobs(model, prompts, [g.response_token_ids for g in full])
+    torch.testing.assert_close(lp, _padded(full), atol=1e-4, rtol=0)  # still the unmodified policy's log-probs
+    with pytest.raises(ValueError, match="row_seeds"):
+        backend.generate(prompts, max_new_tokens=2, row_seeds=[1])
+
+
+def test_row_seeded_sampling_draws_from_the_tempered_nucleus(policy, prompts) -> None:
+    """Gumbel-max per row samples softmax(logits / T) restricted to the top-p nucleus (checked on 3000 draws)."""
+    model, tok = policy
+    temperature, top_p, n = 0.7, 0.8, 3000
+    with torch.no_grad():
+        logits = model(torch.tensor([prompts[1]])).logits[0, -1].float()
+    probs = torch.softmax(logits / temperature, -1)
+    sorted_p, order = probs.sort(descending=True)
+    keep = order[(sorted_p.cumsum(0) - sorted_p) < top_p]
+    expected = torch.zeros_like(probs)
+    expected[keep] = probs[keep] / probs[keep].sum()
+    gens = HFGenerateBackend(model, tok).generate([prompts[1]] * n, max_new_tokens=1, temperature=temperature,
+                                                   top_p=top_p, row_seeds=list(range(n)))
+    counts = torch.bincount(torch.tensor([g.response_token_ids[0] for g in gens]), minlength=len(probs)).float()
+    assert set(torch.nonzero(counts).flatten().tolist()) <= set(keep.tolist())  # nothing outside the nucleus
+    # Each frequency within 4 standard errors of its probability.
+    se = (expected * (1 - expected) / n).sqrt()
+    assert bool(((counts / n - expected).abs() <= 4 * se + 1e-3).all())
+    assert len(keep) >= 3  # a real distribution, not a near-greedy one

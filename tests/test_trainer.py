@@ -129,8 +129,10 @@ def test_rollout_records_exact_tokens_and_logprobs(tiny_policy):
     assert len({t.group_id for t in trajs[:3]}) == 1 and trajs[0].group_id != trajs[3].group_id
     assert {t.seed for t in trajs[:3]} == {7}
     steps = [s for t in trajs for s in t.steps]
-    for s in steps:
-        assert policy.tokenizer.decode(s.response_token_ids, skip_special_tokens=True) == s.response
+    eos = policy.tokenizer.eos_token_id
+    for s in steps:  # the text is the decoded ids, less a final eos (special tokens inside it stay)
+        ids = s.response_token_ids[:-1] if s.response_token_ids[-1] == eos else s.response_token_ids
+        assert policy.tokenizer.decode(ids, skip_special_tokens=False) == s.response
     lp, mask = response_logprobs(policy.model, [s.prompt_token_ids for s in steps], [s.response_token_ids for s in steps])
     for i, s in enumerate(steps):
         assert torch.allclose(lp[i, : len(s.response_token_ids)], torch.tensor(s.response_logprobs), atol=1e-4)
