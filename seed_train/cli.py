@@ -119,10 +119,10 @@ def main_eval(argv: list[str] | None = None) -> int:
         cfg = SeedConfig(env_id=args.env, model=args.model, lora=False, eval_split=args.split, device=args.device,
                          action_format=args.action_format, history=args.history, env_kwargs=args.env_kwargs,
                          max_new_tokens=args.max_new_tokens, eval_limit=args.limit)
+        policy = load(cfg)  # a vision-language model folder loads as one (obs_mode image / text+image envs)
     except ValueError as e:
         print(f"seed-eval: {e}", file=sys.stderr)
         return 2
-    policy = load(cfg)
     summaries = []
     for seed in args.seeds:
         summary = evaluate_policy(policy.backend, policy.tokenizer, env_spec(cfg, args.split),

@@ -72,6 +72,8 @@ class SeedConfig:
     lora_targets: list = _f(["q_proj", "k_proj", "v_proj", "o_proj"], "modules LoRA adapts")
     dtype: str = _f("float32", "float32, bfloat16 or float16")
     device: str = _f("cpu", "torch device: cpu, cuda, cuda:1, ...")
+    freeze_vision: bool = _f(True, "vision-language models: keep the vision tower frozen (--no-freeze-vision "
+                                   "trains it too; needs --no-lora, since LoRA adapts the language part only)")
     # --- rollout
     tasks_per_iteration: int = _f(4, "tasks (groups) sampled per Stage 2 iteration")
     group_size: int = _f(8, "rollouts per task (GRPO group); all start from the same task and seed")
@@ -107,6 +109,8 @@ class SeedConfig:
     analyzer_retries: int = _f(2, "extra attempts when the analyzer's JSON does not parse")
     skill_min_words: int = _f(5, "a skill shorter than this is invalid (its tokens get no OPD term)")
     skill_max_new_tokens: int = _f(96, "tokens the analyzer may generate")
+    analyzer_images: int = _f(0, "vision-language models: the analyzer sees the images of the last N steps it "
+                                 "shows; 0 shows the trajectory as text, each step's image an [image] placeholder")
     # --- evaluation
     eval_limit: int = _f(0, "evaluate only the first N panel tasks (0 = full panel)")
     eval_before: bool = _f(True, "evaluate before training")
@@ -138,8 +142,10 @@ class SeedConfig:
                      "ppo_epochs", "minibatch_size", "skill_max_new_tokens"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "must be an int >= 1")
         for name in ("stage1_demos", "iterations", "analyzer_retries", "skill_min_words", "eval_limit",
-                     "checkpoint_every"):
+                     "checkpoint_every", "analyzer_images"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 0, name, "must be an int >= 0")
+        need(self.freeze_vision or not self.lora, "freeze_vision",
+             "a trained vision tower needs full fine-tuning (--no-lora): LoRA adapts the language part only")
         need(self.env_backend in ENV_BACKENDS, "env_backend", f"must be one of {ENV_BACKENDS}")
         need(self.generation_backend in GENERATION_BACKENDS, "generation_backend",
              f"must be one of {GENERATION_BACKENDS}")

@@ -158,6 +158,10 @@ class HFGenerateBackend:
     what :func:`seed_train.scoring.response_logprobs` recomputes.
 
     ``stop_token_ids`` defaults to the tokenizer's eos plus the model generation_config's eos ids.
+
+    Vision-language models: prompts that are :class:`seed_train.vision.ImagePrompt` feed their pixel
+    inputs to ``generate``, and the image/video pad and frame tokens are never sampled (they belong to
+    prompts; a response holding one could not be scored or shown in a later prompt).
     """
 
     def __init__(
@@ -167,7 +171,10 @@ class HFGenerateBackend:
         *,
         stop_token_ids: Sequence[int] | None = None,
     ) -> None:
+        from seed_train.vision import text_tokenizer
+
         self.model = model
+        tokenizer = text_tokenizer(tokenizer)  # a vision-language model's processor: its tokenizer
         self.tokenizer = tokenizer
         if stop_token_ids is None:
             stops: set[int] = set()
@@ -212,6 +219,8 @@ class HFGenerateBackend:
         import torch
         from transformers import GenerationConfig, LogitsProcessorList
 
+        from seed_train.vision import model_vision_kwargs, vision_special_ids
+
         _validate(prompts, max_new_tokens, temperature, top_p)
         if row_seeds is not None and len(row_seeds) != len(prompts):
             raise ValueError(f"row_seeds: {len(row_seeds)} seeds for {len(prompts)} prompts")
@@ -251,12 +260,18 @@ class HFGenerateBackend:
             output_logits=True,
             **sampling,
         )
+        pixels: dict[str, Any] = {}
+        suppress = vision_special_ids(self.model)
+        if suppress:
+            config.suppress_tokens = suppress
+            pixels = model_vision_kwargs(self.model, prompts, input_ids, device)
         with _eval_mode(self.model), _seeded(None if greedy else seed, device), torch.no_grad():
             out = self.model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
                 generation_config=config,
                 logits_processor=processors,
+                **pixels,
             )
         new_tokens = out.sequences[:, width:].cpu()
         # Raw logits (before temperature/top-p), one [B, V] tensor per step.

@@ -240,6 +240,7 @@ def load_policy(
     dtype: str = "float32",
     device: str = "cpu",
     cache_dir: Path | None = None,
+    freeze_vision: bool = True,
 ) -> tuple["PreTrainedModel", "PreTrainedTokenizerBase"]:
     """Load ``(model, tokenizer)`` for a local folder or embedded model name.
 
@@ -247,10 +248,20 @@ def load_policy(
     (the base model is then also the reference policy, see :func:`reference_logprobs_context`).
     The tokenizer gets ``pad_token = eos_token`` when it has none; padding side is left to callers
     (generation pads left, scoring builds its own tensors).
+
+    A vision-language model (its config has a ``vision_config``, e.g. Qwen2.5-VL) loads through
+    ``AutoModelForImageTextToText`` and comes back as ``(model, processor)``: the processor stands in for
+    the tokenizer everywhere (see :mod:`seed_train.vision`). LoRA then adapts the language part only, and
+    the vision tower is frozen unless ``freeze_vision=False``.
     """
     torch_dtype = _parse_dtype(dtype)
     dev = _parse_device(device)
     path = resolve_model(name_or_path, cache_dir)
+
+    from seed_train.vision import is_vision_model_folder, load_vision_policy
+
+    if is_vision_model_folder(path):
+        return load_vision_policy(path, lora=lora, dtype=torch_dtype, device=dev, freeze_vision=freeze_vision)
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -268,11 +279,16 @@ def load_policy(
 def _add_lora(model: "PreTrainedModel", lora: LoraSettings) -> "PreTrainedModel":
     from peft import LoraConfig, get_peft_model
 
+    from seed_train.vision import is_vision_model, language_lora_targets
+
+    targets: list[str] | str = list(lora.target_modules)
+    if is_vision_model(model):  # adapters on the language part only, never inside the vision tower
+        targets = language_lora_targets(targets)
     config = LoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
-        target_modules=list(lora.target_modules),
+        target_modules=targets,
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, config)
@@ -325,12 +341,22 @@ def reference_logprobs_context(
         )
 
 
-def encode_prompt(tokenizer: "PreTrainedTokenizerBase", text: str, *, system: str | None = None) -> list[int]:
+def encode_prompt(tokenizer: "PreTrainedTokenizerBase", text: str, *, system: str | None = None,
+                  images: "list | None" = None) -> list[int]:
     """Render ``text`` as a user turn with the chat template (plus the assistant header) and tokenize.
 
     This is the one place prompts are tokenized: the returned ids are what the model is fed and
     what trajectories record. Never re-tokenize the text later to recover them.
+
+    ``tokenizer`` may be a vision-language model's processor: the turn is then the ``images`` (uint8
+    HxWx3 arrays) followed by the text, rendered by the processor's chat template, and the result is a
+    :class:`seed_train.vision.ImagePrompt` (ids with the image pad tokens expanded, carrying the pixel
+    inputs). A text-only tokenizer ignores ``images``: a text model gets the text rendering.
     """
+    from seed_train.vision import encode_vision_prompt, is_processor
+
+    if is_processor(tokenizer):
+        return encode_vision_prompt(tokenizer, text, images=images, system=system)
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("tokenizer has no chat_template; encode_prompt needs a chat model's tokenizer")
     messages = []

@@ -25,6 +25,7 @@ import seed_envs  # noqa: F401  (registers the ids)
 from seed_train.env_backends import SLOT_JOBS, make_vector_env
 from seed_train.generation import GenerationBackend
 from seed_train.policy import encode_prompt
+from seed_train.vision import check_policy_sees_observations, is_processor
 from wrappers import (LLMActionParser, PromptRenderer, TokenizedResponse, Trajectory, TrajectoryRecorder,
                       format_instructions)
 
@@ -146,6 +147,7 @@ def run_episodes(
     ``meta["env_failed"]``; the trainer leaves it out of its group.
     """
     stats = stats if stats is not None else RolloutStats()
+    check_policy_sees_observations(tokenizer, pool.spec.env_id, pool.spec.env_kwargs)
     envs = pool.get(len(jobs))
     size = envs.num_envs
     slot_jobs: list[dict | None] = [
@@ -157,11 +159,16 @@ def run_episodes(
     obs, _ = envs.reset(seed=seeds, options={SLOT_JOBS: slot_jobs})
     stats.env_s += time.perf_counter() - t0
     prompts_text = list(obs["prompt"])
+    # A vision-language policy sees each env's current image (obs_mode image / text+image) with its prompt.
+    with_images = is_processor(tokenizer) and "image" in obs
     finished: dict[int, Trajectory] = {}
     active = list(range(len(jobs)))
     turn = 0
     while active:
-        prompts = [encode_prompt(tokenizer, prompts_text[i]) for i in active]
+        if with_images:
+            prompts = [encode_prompt(tokenizer, prompts_text[i], images=[obs["image"][i]]) for i in active]
+        else:
+            prompts = [encode_prompt(tokenizer, prompts_text[i]) for i in active]
         t0 = time.perf_counter()
         generations = backend.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature,
                                        top_p=top_p, greedy=greedy,

@@ -15,6 +15,7 @@ import torch
 from seed_train.advantages import gigpo_step_advantages, grpo_episode_advantages
 from seed_train.policy import encode_prompt
 from seed_train.skills import Skill, skill_augmented_prompt
+from seed_train.vision import image_key, step_images, vision_of, with_vision
 from wrappers import Trajectory
 
 
@@ -50,7 +51,7 @@ def step_advantages(trajectories: Sequence[Trajectory], *, method: str = "grpo",
     step_index = torch.tensor([s.index for t in trajectories for s in t.steps])
     rewards = torch.tensor([s.reward for t in trajectories for s in t.steps], dtype=torch.float64)
     adv = gigpo_step_advantages(episode_adv[episode_index], rewards, episode_index, step_index,
-                                groups[episode_index], [s.observation for t in trajectories for s in t.steps],
+                                groups[episode_index], [_state_key(s) for t in trajectories for s in t.steps],
                                 gamma=gamma, omega=omega)
     out, k = [], 0
     for t in trajectories:
@@ -59,18 +60,31 @@ def step_advantages(trajectories: Sequence[Trajectory], *, method: str = "grpo",
     return out
 
 
+def _state_key(step) -> str:
+    """What makes two steps the same state for GiGPO: the observation text, and the image when there is one
+    (in ``image`` mode the text alone says little: "The board is shown in the image")."""
+    return step.observation if step.image is None else f"{step.observation}\x00{image_key(step.image)}"
+
+
 def build_samples(trajectories: Sequence[Trajectory], advantages: Sequence[Sequence[float]],
                   skills: Sequence[Skill | None], tokenizer) -> list[StepSample]:
-    """Every step that carries sampled tokens becomes a sample."""
+    """Every step that carries sampled tokens becomes a sample.
+
+    With a vision-language policy (``tokenizer`` is its processor) a step's prompt ids and its
+    skill-augmented prompt both carry the pixel inputs of the step's image (the skill is inserted in the
+    text; the image stays), so every scoring pass sees the pixels the rollout saw.
+    """
     samples = []
     for e, (t, advs, skill) in enumerate(zip(trajectories, advantages, skills)):
         for k, (step, adv) in enumerate(zip(t.steps, advs)):
             if not step.response_token_ids:
                 continue
+            images = step_images(tokenizer, step)
             teacher = None
             if skill is not None and step.prompt_parts:
-                teacher = encode_prompt(tokenizer, skill_augmented_prompt(step.prompt_parts, skill.text))
-            samples.append(StepSample(list(step.prompt_token_ids), list(step.response_token_ids),
+                teacher = encode_prompt(tokenizer, skill_augmented_prompt(step.prompt_parts, skill.text), images=images)
+            prompt = with_vision(tokenizer, step.prompt_token_ids, images, vision_of(teacher))
+            samples.append(StepSample(prompt, list(step.response_token_ids),
                                       list(step.response_logprobs), float(adv), teacher, e, k))
     return samples
 

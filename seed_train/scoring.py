@@ -37,6 +37,8 @@ def _micro_batch_logprobs(
     """[b, T] log-probs (T = longest response here), zeros at padding."""
     import torch
 
+    from seed_train.vision import model_vision_kwargs
+
     b = len(prompts)
     p_len = max(len(p) for p in prompts)
     t_len = max(len(r) for r in responses)
@@ -51,12 +53,16 @@ def _micro_batch_logprobs(
         input_ids[i, p_len:p_len + len(response)] = torch.as_tensor(list(response), dtype=torch.long)
         attention_mask[i, start:p_len + len(response)] = 1
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    input_ids, attention_mask, position_ids = (x.to(device) for x in (input_ids, attention_mask, position_ids))
+    # Prompts with images: their pixels, and the model derives its (multimodal) positions from the mask.
+    pixels = model_vision_kwargs(model, prompts, input_ids, device)
+    positions = {} if pixels else {"position_ids": position_ids.to(device)}
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
 
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
-        position_ids=position_ids,
+        **positions,
+        **pixels,
         use_cache=False,
         # The last t_len + 1 positions are P-1 .. P+T-1; the very last predicts past the sequence.
         logits_to_keep=t_len + 1,
@@ -158,9 +164,15 @@ def response_logprobs(
     ``prefix_groups`` (one hashable key per row, e.g. the episode index) lets rows with the same key
     share one forward pass over their longest common prompt prefix (see the module docstring); rows
     whose group is alone or shares fewer than ``MIN_SHARED_PREFIX`` tokens take the plain path.
+
+    Vision-language models: a prompt that is a :class:`seed_train.vision.ImagePrompt` is scored with its
+    pixel inputs. Such batches take the plain path (the pad tokens of two different images are the same
+    ids, so a common id prefix is no shared prefix), and a prompt with image tokens but no pixels is an error.
     """
     import torch
     import torch.nn.functional as F
+
+    from seed_train.vision import check_image_prompts
 
     if len(prompts) != len(responses):
         raise ValueError(f"prompts and responses differ in length: {len(prompts)} vs {len(responses)}")
@@ -180,6 +192,8 @@ def response_logprobs(
 
     if prefix_groups is not None and len(prefix_groups) != n:
         raise ValueError(f"prefix_groups has {len(prefix_groups)} keys for {n} rows")
+    if check_image_prompts(model, prompts):
+        prefix_groups = None
     plain, shared = list(range(n)), []
     if prefix_groups is not None:
         members: dict[Any, list[int]] = {}

@@ -39,8 +39,12 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def analyzer_prompt(trajectory: Trajectory) -> str:
-    """The prompt asking the policy to turn one finished trajectory into a skill."""
+def analyzer_prompt(trajectory: Trajectory, image_placeholder: str | None = None) -> str:
+    """The prompt asking the policy to turn one finished trajectory into a skill.
+
+    ``image_placeholder`` (vision policies, see :func:`seed_train.vision.encode_analyzer_prompt`) is put
+    before the observation text of every shown step that had an image.
+    """
     outcome = "SUCCESS" if trajectory.success else "FAILURE"
     kind = ("a workflow rule: the steps that made it work, to repeat next time" if trajectory.success
             else "an avoidance rule: the mistake that made it fail and what to do instead")
@@ -54,7 +58,8 @@ def analyzer_prompt(trajectory: Trajectory) -> str:
         lines.append(f"(last {len(shown)} steps shown)")
     for s in shown:
         flag = " [invalid]" if s.invalid_action or s.format_error else ""
-        lines.append(f"Step {s.index + 1}: saw: {_clip(s.observation, _OBS_CHARS)} | did: {_clip(s.action, _RESPONSE_CHARS)}{flag}")
+        image = f"{image_placeholder} " if image_placeholder is not None and s.image is not None else ""
+        lines.append(f"Step {s.index + 1}: saw: {image}{_clip(s.observation, _OBS_CHARS)} | did: {_clip(s.action, _RESPONSE_CHARS)}{flag}")
     lines += [
         f"Write {kind}. Keep it short, general and addressed to the agent.",
         'Answer with JSON only: {"episode_summary": "...", "episode_skill": "..."}',

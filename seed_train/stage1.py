@@ -24,7 +24,8 @@ from seed_train.losses import masked_token_mean
 from seed_train.policy import encode_prompt
 from seed_train.rollout import EnvSpec
 from seed_train.scoring import response_logprobs
-from seed_train.skills import Skill, analyzer_prompt, rule_based_skill
+from seed_train.skills import Skill, rule_based_skill
+from seed_train.vision import encode_analyzer_prompt, step_images, text_tokenizer
 from wrappers import Trajectory
 
 
@@ -79,22 +80,29 @@ def collect_demonstrations(spec: EnvSpec, task_ids: Sequence[str], *, seed: int,
 
 
 def sft_pairs(trajectories: Sequence[Trajectory], tokenizer, action_format: str,
-              annotate: Callable[[Trajectory], Skill | None] = rule_based_skill) -> list[SFTPair]:
-    """Act pairs from steps where the expert's action was taken; one skill pair per trajectory."""
-    eos = [int(tokenizer.eos_token_id)]
+              annotate: Callable[[Trajectory], Skill | None] = rule_based_skill, *,
+              analyzer_images: int = 0) -> list[SFTPair]:
+    """Act pairs from steps where the expert's action was taken; one skill pair per trajectory.
 
-    def ids(text: str) -> list[int]:
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"]) + eos
+    With a vision-language policy (``tokenizer`` is its processor) act prompts carry the step's image and
+    skill prompts are the analyzer prompts the policy will get (``analyzer_images``, see
+    :func:`seed_train.vision.encode_analyzer_prompt`).
+    """
+    text = text_tokenizer(tokenizer)
+    eos = [int(text.eos_token_id)]
+
+    def ids(response: str) -> list[int]:
+        return list(text(response, add_special_tokens=False)["input_ids"]) + eos
 
     pairs = []
     for t in trajectories:
         for step in t.steps:
             if step.prompt and step.action == step.info.get("expert_action"):
-                pairs.append(SFTPair(encode_prompt(tokenizer, step.prompt),
+                pairs.append(SFTPair(encode_prompt(tokenizer, step.prompt, images=step_images(tokenizer, step)),
                                      ids(format_response(step.action, action_format)), "act"))
         skill = annotate(t)
         if skill is not None:
-            pairs.append(SFTPair(encode_prompt(tokenizer, analyzer_prompt(t)), ids(skill.to_json()), "skill"))
+            pairs.append(SFTPair(encode_analyzer_prompt(tokenizer, t, analyzer_images), ids(skill.to_json()), "skill"))
     return pairs
 
 

@@ -46,7 +46,7 @@ from seed_train.rollout import EnvPool, EnvSpec, RolloutStats, group_jobs, run_e
 from seed_train.samples import (StepSample, build_samples, record_teacher_logprobs, response_tensors,
                                 step_advantages)
 from seed_train.scoring import response_logprobs
-from seed_train.skills import Skill, analyzer_prompt, parse_skill, rule_based_skill, shuffle_within_groups
+from seed_train.skills import Skill, parse_skill, rule_based_skill, shuffle_within_groups
 from seed_train.stage1 import collect_demonstrations, sft_pairs, sft_train
 from wrappers import Trajectory, TrajectoryWriter, read_trajectories
 
@@ -64,9 +64,9 @@ def env_spec(cfg: SeedConfig, split: str) -> EnvSpec:
 def generate_skills(backend: GenerationBackend, tokenizer, trajectories: Sequence[Trajectory], cfg: SeedConfig,
                     seed: int) -> list[Skill | None]:
     """The analyzer pass: one skill per trajectory, retrying unparseable answers up to cfg.analyzer_retries."""
-    from seed_train.policy import encode_prompt
+    from seed_train.vision import encode_analyzer_prompt
 
-    prompts = [encode_prompt(tokenizer, analyzer_prompt(t)) for t in trajectories]
+    prompts = [encode_analyzer_prompt(tokenizer, t, cfg.analyzer_images) for t in trajectories]
     skills: list[Skill | None] = [None] * len(trajectories)
     todo = list(range(len(trajectories)))
     for attempt in range(cfg.analyzer_retries + 1):
@@ -237,9 +237,17 @@ class Policy:
 
 
 def load(cfg: SeedConfig) -> Policy:
+    """The policy of ``cfg.model``; for a vision-language model ``tokenizer`` is its processor."""
+    from seed_train.vision import check_policy_sees_observations, is_processor
+
     lora = LoraSettings(r=cfg.lora_r, alpha=cfg.lora_alpha, target_modules=tuple(cfg.lora_targets)) if cfg.lora else None
     torch.manual_seed(cfg.seed)  # LoRA's A matrices are drawn at wrapping time
-    model, tokenizer = load_policy(cfg.model, lora=lora, dtype=cfg.dtype, device=cfg.device)
+    model, tokenizer = load_policy(cfg.model, lora=lora, dtype=cfg.dtype, device=cfg.device,
+                                   freeze_vision=cfg.freeze_vision)
+    check_policy_sees_observations(tokenizer, cfg.env_id, cfg.env_kwargs)
+    if is_processor(tokenizer) and cfg.generation_backend != "hf":
+        raise ValueError("config field 'generation_backend': vision-language policies generate with 'hf' "
+                         f"(got {cfg.generation_backend!r})")
     model.eval()
     return Policy(model, tokenizer, generation_backend(cfg, model, tokenizer), lora)
 
@@ -296,7 +304,8 @@ def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None]) -> d
     rng = np.random.default_rng([cfg.seed, 1_000_001])
     tasks = sample_tasks(panel_of(spec), cfg.stage1_demos, rng)
     demos = collect_demonstrations(spec, tasks, seed=cfg.seed)
-    pairs = sft_pairs(demos, policy.tokenizer, cfg.action_format, annotate=stage1_annotator(demos, cfg))
+    pairs = sft_pairs(demos, policy.tokenizer, cfg.action_format, annotate=stage1_annotator(demos, cfg),
+                      analyzer_images=cfg.analyzer_images)
     t0 = time.perf_counter()
     losses = sft_train(policy.model, pairs, lr=cfg.stage1_lr, epochs=cfg.stage1_epochs,
                        batch_size=cfg.stage1_batch_size, seed=cfg.seed, grad_clip=cfg.grad_clip)
