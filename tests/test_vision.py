@@ -112,6 +112,18 @@ def test_image_rollout_records_images_and_tokens_and_rescores_exactly(vlm, recor
         response_logprobs(vlm.model, [list(prompts[0])], [steps[0].response_token_ids])
 
 
+def test_a_vlm_on_text_prompts_rescores_exactly(vlm):
+    """No image (obs_mode text, analyzer placeholders): plain and shared-prefix scoring match generation."""
+    head = "Task: push every box onto a target. You can push a box but not pull it. "
+    prompts = [encode_prompt(vlm.tokenizer, head + obs) for obs in ("Now: left wall.", "Now: box above.", "Go")]
+    gens = vlm.backend.generate(prompts, max_new_tokens=5, row_seeds=[1, 2, 3])
+    responses = [g.response_token_ids for g in gens]
+    for groups in (None, [0, 0, 1]):
+        lp, _ = response_logprobs(vlm.model, prompts, responses, prefix_groups=groups)
+        for i, g in enumerate(gens):
+            torch.testing.assert_close(lp[i, : len(responses[i])], torch.tensor(g.response_logprobs), atol=1e-4, rtol=0)
+
+
 def test_analyzer_sees_placeholders_or_images(vlm, recorded):
     _, trajs = recorded["seed/Sokoban-v0"]
     t = trajs[0]
@@ -121,9 +133,9 @@ def test_analyzer_sees_placeholders_or_images(vlm, recorded):
     two = encode_analyzer_prompt(vlm.tokenizer, t, images=2)
     assert vision_of(two).num_images == 2
     assert vlm.tokenizer.decode(two).count(IMAGE_PLACEHOLDER) == t.length - 2  # earlier steps keep the placeholder
-    cfg = SeedConfig(analyzer_images=2, analyzer_retries=0, skill_max_new_tokens=6)
-    skills = generate_skills(vlm.backend, vlm.tokenizer, trajs, cfg, seed=0)  # multi-image prompts generate
-    assert len(skills) == len(trajs)
+    for images in (0, 2):  # text with placeholders, and prompts with several images, generate
+        cfg = SeedConfig(analyzer_images=images, analyzer_retries=0, skill_max_new_tokens=6)
+        assert len(generate_skills(vlm.backend, vlm.tokenizer, trajs, cfg, seed=0)) == len(trajs)
 
 
 def test_one_seed_update_on_images_with_valid_skills(tmp_path, vlm_path):
