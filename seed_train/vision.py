@@ -46,6 +46,9 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 IMAGE_PLACEHOLDER = "[image]"
 #: Module-name components of vision towers (Qwen2-VL ``visual``, LLaVA ``vision_tower``, Idefics ``vision_model``).
 VISION_MODULES = ("visual", "vision_tower", "vision_model")
+#: Model families whose pixel inputs (``pixel_values`` + ``image_grid_thw``, multimodal positions from the
+#: attention mask) are wired through generation and scoring; the tests use qwen2_5_vl.
+SUPPORTED_MODEL_TYPES = ("qwen2_5_vl", "qwen2_vl")
 #: Config attributes of the vision special tokens a policy must never write (suppressed in generation).
 _VISION_TOKEN_ATTRS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
 # Marks, in an analyzer prompt, where a step's image goes (split out before tokenizing; never shown).
@@ -223,10 +226,14 @@ def load_vision_policy(path: str | Path, *, lora: Any = None, dtype: "torch.dtyp
 
     With ``lora`` (a :class:`seed_train.policy.LoraSettings`) the adapters go on the language part only.
     """
-    from transformers import AutoModelForImageTextToText
+    from transformers import AutoConfig, AutoModelForImageTextToText
 
     from seed_train.policy import _add_lora
 
+    model_type = AutoConfig.from_pretrained(path).model_type
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(f"{path}: a {model_type!r} vision-language model; seed-gym passes image inputs the way "
+                         f"{', '.join(SUPPORTED_MODEL_TYPES)} models take them (Qwen2.5-VL is the reference)")
     processor = load_processor(path)
     tokenizer = processor.tokenizer
     if tokenizer.pad_token is None:

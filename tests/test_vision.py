@@ -67,6 +67,12 @@ def test_tiny_vlm_loads_as_a_vision_policy(vlm_path):
     assert vision_of(encode_prompt(processor, "no image")) is None
 
 
+def test_an_unwired_vlm_family_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava", "vision_config": {"model_type": "clip_vision_model"}}))
+    with pytest.raises(ValueError, match="'llava' vision-language model"):
+        load_policy(str(tmp_path))
+
+
 @pytest.fixture(scope="module")
 def recorded(vlm, tmp_path_factory):
     """Image-mode rollouts on both envs, written with the trajectory writer: {env_id: (jsonl, trajectories)}."""
