@@ -6,11 +6,14 @@ Plays one batch of rollouts (groups of 4), then on that same batch times:
   GRPO   reference pass (KL) + PPO update                    (opd_coef = 0: no skills, no teacher pass)
   SEED   reference pass + teacher pass under skill-augmented prompts + PPO update with the OPD term
 Every step gets a valid skill (the worst case for SEED's extra cost). The weights are restored
-between the two so both update the same model. Prints the table and the SEED/GRPO ratio.
+before each update so all update the same model. GRPO and SEED alternate ``--repeats`` times and the
+table shows medians, so a load that comes and goes hits both alike. Prints the table and the
+SEED/GRPO ratio of the medians.
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import numpy as np
@@ -32,6 +35,7 @@ def main() -> None:
     p.add_argument("--env", default="seed/EZPoints-v0")
     p.add_argument("--episodes", type=int, default=12)
     p.add_argument("--max-new-tokens", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=3, help="GRPO/SEED pairs timed (medians reported)")
     args = p.parse_args()
     cfg = SeedConfig(env_id=args.env, model=args.model, template="compact", history=0, action_format="plain",
                      max_new_tokens=args.max_new_tokens, minibatch_size=16, kl_coef=0.01, lr=1e-5)
@@ -46,28 +50,37 @@ def main() -> None:
     rollout_s = time.perf_counter() - t0
     advantages = step_advantages(trajs)
     start = trainable_state(policy.model)
-    rows = []
-    for name, opd_coef, skill in [("GRPO", 0.0, None), ("SEED", 0.01, Skill("", SKILL))]:
-        load_trainable_state(policy.model, start)
-        run_cfg = SeedConfig(**{**cfg.to_dict(), "opd_coef": opd_coef})
-        samples = build_samples(trajs, advantages, [skill] * len(trajs), policy.tokenizer)
-        import torch
+    import torch
 
-        optimizer = torch.optim.AdamW([q for q in policy.model.parameters() if q.requires_grad], lr=run_cfg.lr)
-        t0 = time.perf_counter()
-        scored = score_samples(policy.model, samples, teacher=skill is not None, reference=True)
-        score_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        update_policy(policy.model, optimizer, samples, scored, run_cfg, np.random.default_rng(0))
-        update_s = time.perf_counter() - t0
-        rows.append((name, len(samples), score_s, update_s, score_s + update_s))
+    timings: dict[str, list[tuple[float, float]]] = {"GRPO": [], "SEED": []}
+    n_samples = 0
+    for _ in range(args.repeats):
+        for name, opd_coef, skill in [("GRPO", 0.0, None), ("SEED", 0.01, Skill("", SKILL))]:
+            load_trainable_state(policy.model, start)
+            run_cfg = SeedConfig(**{**cfg.to_dict(), "opd_coef": opd_coef})
+            samples = build_samples(trajs, advantages, [skill] * len(trajs), policy.tokenizer)
+            n_samples = len(samples)
+            optimizer = torch.optim.AdamW([q for q in policy.model.parameters() if q.requires_grad], lr=run_cfg.lr)
+            t0 = time.perf_counter()
+            scored = score_samples(policy.model, samples, teacher=skill is not None, reference=True)
+            score_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            update_policy(policy.model, optimizer, samples, scored, run_cfg, np.random.default_rng(0))
+            timings[name].append((score_s, time.perf_counter() - t0))
+    rows = []
+    for name, runs in timings.items():
+        score_s = statistics.median(r[0] for r in runs)
+        update_s = statistics.median(r[1] for r in runs)
+        total = statistics.median(r[0] + r[1] for r in runs)
+        rows.append((name, n_samples, score_s, update_s, total))
     print(f"model {args.model}, env {args.env}, {len(trajs)} episodes, {rows[0][1]} step samples")
     print(f"rollout: {rollout_s:.1f}s total, generate {stats.generate_s:.1f}s, env {stats.env_s:.3f}s, "
           f"{stats.generated_tokens} tokens, {stats.generated_tokens / stats.generate_s:.1f} generated tokens/s")
     print(f"{'update':<6} {'samples':>7} {'score s':>8} {'update s':>9} {'total s':>8}")
     for name, n, score_s, update_s, total in rows:
         print(f"{name:<6} {n:>7} {score_s:>8.2f} {update_s:>9.2f} {total:>8.2f}")
-    print(f"SEED / GRPO time ratio: {rows[1][4] / rows[0][4]:.2f}")
+    print(f"SEED / GRPO time ratio (medians of {args.repeats}): {rows[1][4] / rows[0][4]:.2f}; "
+          f"per pair: {', '.join(f'{(s[0] + s[1]) / (g[0] + g[1]):.2f}' for g, s in zip(timings['GRPO'], timings['SEED']))}")
 
 
 if __name__ == "__main__":

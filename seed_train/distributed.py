@@ -8,9 +8,9 @@ The rules that keep N processes equivalent to one:
 2. **The loss is a token mean over the global batch** (:func:`global_token_mean`): each rank divides
    its token sum by the token count of *all* ranks and multiplies by the world size, so DDP's gradient
    averaging yields the full-batch token-mean gradient even when ranks hold different token counts.
-3. **Seeds differ per rank only where they must** (:func:`rank_seed`): task sampling uses the run seed
-   (all ranks agree on the tasks, then shard them); sampling of responses uses a per-rank seed.
-
+3. **Seeds never depend on the rank**: all ranks sample the same tasks from the run seed, then shard
+   them; each episode samples with its own seed (``EpisodeJob.sampling_seed``), so it plays the same on
+   whichever rank and in whichever batch it lands.
 4. **Gradients are averaged over ranks after each backward** (:func:`all_reduce_grads`), which is what
    DDP does; done explicitly so generation, peft's adapter switches and scoring keep using the plain
    module (no DDP wrapper to unwrap). Every rank takes the same number of optimizer steps.
@@ -67,11 +67,6 @@ def shard_groups(items: Sequence[T], group_ids: Sequence[Hashable], info: DistIn
     start = info.rank * per + min(info.rank, extra)
     mine = set(order[start:start + per + (1 if info.rank < extra else 0)])
     return [item for item, g in zip(items, group_ids) if g in mine]
-
-
-def rank_seed(seed: int, info: DistInfo) -> int:
-    """A sampling seed distinct per rank (rank 0 keeps ``seed``, so one process is unchanged)."""
-    return seed + 1_000_003 * info.rank
 
 
 def all_reduce_sum(value: "torch.Tensor") -> "torch.Tensor":

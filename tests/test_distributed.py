@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seed_train.distributed import DistInfo, global_token_mean, rank_seed, shard_groups, sharded_range
+from seed_train.distributed import DistInfo, global_token_mean, shard_groups, sharded_range
 
 
 def test_shard_groups_never_splits_groups():
@@ -19,7 +19,6 @@ def test_shard_groups_never_splits_groups():
     assert shards == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9]]
     assert shard_groups(items, groups, DistInfo()) == items
     assert list(sharded_range(5, DistInfo(1, 2))) == [3, 4]
-    assert rank_seed(7, DistInfo(0, 2)) == 7 != rank_seed(7, DistInfo(1, 2))
 
 
 def _batch():
