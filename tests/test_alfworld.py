@@ -410,3 +410,37 @@ def test_shipped_default_panels_are_what_the_generator_writes(tmp_path):
     assert len(fresh) == 2
     for rel in fresh:
         assert (tmp_path / "shipped" / rel).read_bytes() == (tmp_path / "fresh" / rel).read_bytes()
+
+
+class _FakeGame:
+    """Stands in for AlfWorldGame in the planner-limit test: plans instantly, or never returns."""
+
+    def __init__(self, plan_seconds: float):
+        self.plan_seconds, self.won = plan_seconds, False
+
+    def load_data(self, data, category):
+        pass
+
+    def reset(self):
+        self.won = False
+
+    def plan(self):
+        import time
+
+        time.sleep(self.plan_seconds)
+        return ["go to fridge 1"]
+
+    def step(self, command):
+        self.won = True
+        return "", True
+
+
+def test_a_planner_that_never_returns_is_cut_off_and_the_sample_dropped():
+    import time
+
+    from seed_envs.alfworld.generator import solve_and_check
+
+    assert solve_and_check({}, "pick_and_place_simple", _FakeGame(0.0), time_limit_s=5.0) == ["go to fridge 1"]
+    start = time.perf_counter()
+    assert solve_and_check({}, "pick_and_place_simple", _FakeGame(600.0), time_limit_s=0.5) is None
+    assert time.perf_counter() - start < 5.0

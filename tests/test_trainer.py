@@ -169,16 +169,16 @@ def echo_config(tmp_path, tiny_path, **overrides) -> SeedConfig:
 
 
 def test_tiny_model_learns_echo(tmp_path, tiny_path):
-    """Seed 0: Stage 1 on 32 expert demos (20 epochs, lr 5e-3) + 2 SEED iterations (lr 3e-4) take the
-    greedy success on Echo's unseen panel (32 tasks) from <= 0.15 (measured 0.0) to >= 0.35 (measured
-    0.5; the 95% intervals, [0, 0.11] and [0.34, 0.66], do not overlap). At this scale the gain is
-    Stage 1's (Stage 1 alone also measured 0.5); a Stage 2 lr of 3e-3 overshoots (0.25)."""
-    cfg = echo_config(tmp_path, tiny_path, stage1_demos=32, stage1_epochs=20, stage1_lr=5e-3, stage1_batch_size=8,
+    """Seed 0: Stage 1 on 32 expert demos (40 epochs, lr 5e-3) + 2 SEED iterations (lr 3e-4) take the
+    greedy success on Echo's unseen panel (32 tasks) from <= 0.15 (measured 0.0) to >= 0.6 (measured
+    1.0; the 95% intervals, [0, 0.11] and [0.89, 1], do not overlap). At this scale the gain is Stage
+    1's (Stage 1 alone measured 1.0 too; with 20 epochs 0.5); a Stage 2 lr of 3e-3 overshoots."""
+    cfg = echo_config(tmp_path, tiny_path, stage1_demos=32, stage1_epochs=40, stage1_lr=5e-3, stage1_batch_size=8,
                       eval_before=True, eval_after=True, kl_coef=0.01, lr=3e-4)
     results = train(cfg, say=lambda _: None)
     before = results["before"]["categories"]["all"]["success"]
     after = results["after"]["categories"]["all"]["success"]
-    assert before <= 0.15 and after >= 0.35, (before, after)
+    assert before <= 0.15 and after >= 0.6, (before, after)
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["iteration"] for m in metrics] == [0, 1]
     for key in ("success", "return", "length", "loss", "pg_loss", "kl", "skill_valid_rate", "skill_words",

@@ -40,6 +40,10 @@ UNSEEN_FLOOR_PLANS = (10, 219, 308, 424)  # ALFRED's valid_unseen scenes
 SPLIT_CODES = {"train": 0, "valid_seen": 1, "valid_unseen": 2, "valid_train": 3}
 GAME_SEED_TAG = 0xA1F0  # keeps these seed streams apart from other generators'
 MAX_ATTEMPTS = 50  # samples tried per game before giving up (each needs a feasible scene)
+# fast-downward's search (a C call, no limit of its own) can blow up on a rare sample (seen: a
+# pick_two_obj scene still searching after 15 minutes and 7 GB); such a sample is dropped and the next
+# one drawn. Kept games plan in about a second, so the limit decides nothing for them on any machine.
+PLAN_TIME_LIMIT_S = 60.0
 MAX_INSTANCES = 3  # constants.MAX_NUM_OF_OBJ_INSTANCES
 MAX_TARGETS = 4  # constants.PICKUP_REPEAT_MAX
 MIN_DISTRACTOR_TYPES, MAX_DISTRACTOR_TYPES = 6, 12  # other object types placed in a scene
@@ -313,8 +317,36 @@ def game_data(sampled: SampledGame, walkthrough: list[str]) -> dict[str, Any]:
     }
 
 
-def solve_and_check(data: dict[str, Any], category: str, game: Any) -> list[str] | None:
-    """The planner's plan when playing it in the engine wins, else None."""
+def solve_and_check(data: dict[str, Any], category: str, game: Any,
+                    time_limit_s: float | None = PLAN_TIME_LIMIT_S) -> list[str] | None:
+    """The planner's plan when playing it in the engine wins, else None (also when planning takes
+    longer than ``time_limit_s``: the check then runs in a forked child that is killed at the limit)."""
+    if time_limit_s is None or not hasattr(os, "fork"):
+        return _solve_and_check(data, category, game)
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    receiver, sender = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_check_in_child, args=(data, category, game, sender), daemon=True)
+    child.start()
+    sender.close()
+    try:
+        return receiver.recv() if receiver.poll(time_limit_s) else None
+    except EOFError:  # the child died (e.g. out of memory): treat the sample as unsolvable
+        return None
+    finally:
+        receiver.close()
+        if child.is_alive():
+            child.kill()
+        child.join()
+
+
+def _check_in_child(data: dict[str, Any], category: str, game: Any, sender: Any) -> None:
+    sender.send(_solve_and_check(data, category, game))
+    sender.close()
+
+
+def _solve_and_check(data: dict[str, Any], category: str, game: Any) -> list[str] | None:
     game.load_data(data, category)
     game.reset()
     plan = game.plan()
