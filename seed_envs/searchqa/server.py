@@ -18,6 +18,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from seed_envs.background_server import BackgroundServer
 from seed_envs.searchqa.retrievers import Retriever
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # a request larger than this is refused (413), not read
@@ -99,48 +100,24 @@ def _make_handler(retriever: Retriever, passage_count: int | None, lock: threadi
     return RetrieveHandler
 
 
-class RetrievalServer:
+class RetrievalServer(BackgroundServer):
     """A ``/retrieve`` server for ``retriever``; ``start()`` runs it in a daemon thread.
 
     ``port=0`` picks a free port (read it from ``.port`` or ``.url``). Use as a context manager in
     tests: ``with RetrievalServer(r) as server: HTTPRetriever(server.url)``.
     """
 
+    thread_name = "searchqa-retriever"
+
     def __init__(self, retriever: Retriever, host: str = "127.0.0.1", port: int = 0):
         passages = getattr(retriever, "passages", None)
         handler = _make_handler(retriever, len(passages) if passages is not None else None, threading.Lock())
         self._httpd = ThreadingHTTPServer((host, port), handler)
         self._httpd.daemon_threads = True
-        self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        return int(self._httpd.server_address[1])
 
     @property
     def url(self) -> str:
-        host = self._httpd.server_address[0]
-        return f"http://{host}:{self.port}/retrieve"
-
-    def start(self) -> RetrievalServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="searchqa-retriever", daemon=True)
-        self._thread.start()
-        return self
-
-    def serve_forever(self) -> None:
-        self._httpd.serve_forever()
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> RetrievalServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return f"http://{self.host}:{self.port}/retrieve"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -29,6 +29,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from seed_envs.background_server import BackgroundServer
 from seed_envs.webshop.catalog import Goal
 from seed_envs.webshop.shop import MAX_QUERY_CHARS, Shop, ShopSession
 
@@ -124,12 +125,14 @@ def create_app(server: ShopServer) -> Any:
     return app
 
 
-class ShopServer:
+class ShopServer(BackgroundServer):
     """The web shop of ``shop`` on ``host:port``; ``start()`` serves it from a daemon thread.
 
     ``port=0`` picks a free port (read ``.port`` / ``.url``). At most ``max_sessions`` sessions are
     kept; the oldest is dropped first. Use as a context manager: ``with ShopServer(shop) as server:``.
     """
+
+    thread_name = "webshop-server"
 
     def __init__(self, shop: Shop, host: str = "127.0.0.1", port: int = 0, max_sessions: int = 1024):
         try:
@@ -147,15 +150,6 @@ class ShopServer:
         self._lock = threading.Lock()
         self.app = create_app(self)
         self._httpd = make_server(host, port, self.app, threaded=True, request_handler=QuietHandler)
-        self._thread: threading.Thread | None = None
-
-    @property
-    def host(self) -> str:
-        return str(self._httpd.server_address[0])
-
-    @property
-    def port(self) -> int:
-        return int(self._httpd.server_address[1])
 
     @property
     def url(self) -> str:
@@ -180,27 +174,6 @@ class ShopServer:
         with self._lock:
             self.sessions.pop(session_id, None)
 
-    def start(self) -> ShopServer:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._httpd.serve_forever, name="webshop-server", daemon=True)
-            self._thread.start()
-        return self
-
-    def serve_forever(self) -> None:
-        self._httpd.serve_forever()
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._httpd.shutdown()
-            self._thread.join(timeout=5)
-            self._thread = None
-        self._httpd.server_close()
-
-    def __enter__(self) -> ShopServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def main(argv: list[str] | None = None) -> None:
