@@ -3,6 +3,11 @@
 Only trainable tensors are saved (LoRA adapters, or every weight under full fine-tuning), as
 safetensors; the frozen base is rebuilt from the model name. Task sampling and generation seeds are
 derived from (seed, iteration), so the iteration number is the data position.
+
+Sharded models (FSDP2, :mod:`seed_train.parallel`) save the same files: weights are gathered to full
+tensors and the optimizer state is saved in torch.distributed.checkpoint's full, name-keyed form, so
+a checkpoint resumes under any process count or weight layout. Under data parallelism every rank
+calls the gathering functions (they are collectives); only the main process writes.
 """
 from __future__ import annotations
 
@@ -16,29 +21,56 @@ import torch
 from safetensors.torch import load_file, save_file
 
 
+def _full(p: torch.Tensor) -> torch.Tensor:
+    """A parameter's whole value (a sharded DTensor is all-gathered: a collective)."""
+    return p.full_tensor() if hasattr(p, "full_tensor") else p
+
+
 def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {n: p.detach().cpu().clone().contiguous() for n, p in model.named_parameters() if p.requires_grad}
+    """Full copies (on CPU) of the trainable parameters, by name."""
+    return {n: _full(p.detach()).cpu().clone().contiguous() for n, p in model.named_parameters() if p.requires_grad}
 
 
 def load_trainable_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Copy full tensors into the named parameters (each rank keeps its shard of a sharded one)."""
     params = dict(model.named_parameters())
     missing = sorted(set(state) - set(params))
     if missing:
         raise ValueError(f"checkpoint has weights the model lacks (different model or LoRA settings?): {missing[:3]}")
     with torch.no_grad():
         for name, value in state.items():
-            params[name].copy_(value.to(params[name].device, params[name].dtype))
+            p = params[name]
+            value = value.to(p.device, p.dtype)
+            if hasattr(p, "device_mesh"):  # DTensor: keep this rank's slice, laid out like the parameter
+                from torch.distributed.tensor import distribute_tensor
+
+                value = distribute_tensor(value, p.device_mesh, p.placements)
+            p.copy_(value)
 
 
-def save_checkpoint(folder: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer state, full and keyed by parameter name (independent of sharding and world size)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    return get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
+
+
+def load_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+
+def save_checkpoint(folder: str | Path, trainable: dict[str, torch.Tensor], optimizer: dict[str, Any],
                     iteration: int, extra: dict[str, Any] | None = None) -> Path:
-    """Write atomically (temp folder, then rename) so a killed save never leaves a half checkpoint."""
+    """Write ``trainable`` (:func:`trainable_state`) and ``optimizer`` (:func:`optimizer_state`) atomically
+    (temp folder, then rename), so a killed save never leaves a half checkpoint."""
     folder = Path(folder)
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    save_file(trainable_state(model), str(tmp / "trainable.safetensors"))
-    torch.save({"optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state()}, tmp / "state.pt")
+    save_file(trainable, str(tmp / "trainable.safetensors"))
+    torch.save({"optimizer": optimizer, "torch_rng": torch.get_rng_state()}, tmp / "state.pt")
     (tmp / "meta.json").write_text(json.dumps({"iteration": iteration, **(extra or {})}, indent=1))
     if folder.exists():
         shutil.rmtree(folder)
@@ -53,6 +85,6 @@ def load_checkpoint(folder: str | Path, model: torch.nn.Module, optimizer: torch
         raise ValueError(f"resume: {folder} is not a checkpoint folder (no meta.json)")
     load_trainable_state(model, load_file(str(folder / "trainable.safetensors")))
     state = torch.load(folder / "state.pt", weights_only=False)
-    optimizer.load_state_dict(state["optimizer"])
+    load_optimizer_state(model, optimizer, state["optimizer"])
     torch.set_rng_state(state["torch_rng"])
     return json.loads((folder / "meta.json").read_text())

@@ -32,14 +32,16 @@ import torch
 from tqdm import tqdm
 from safetensors.torch import load_file, save_file
 
-from seed_train.distributed import (all_reduce_grads, barrier, dist_info, gather_lists, init_from_env, local_device,
+from seed_train.distributed import (barrier, dist_info, gather_lists, init_from_env, local_device,
                                   mean_over_ranks, shard_groups, sum_over_ranks)
-from seed_train.checkpoint import load_checkpoint, load_trainable_state, save_checkpoint, trainable_state
+from seed_train.checkpoint import (load_checkpoint, load_trainable_state, optimizer_state, save_checkpoint,
+                                   trainable_state)
 from seed_train.config import SeedConfig
 from seed_train.evaluate import evaluate_policy, markdown_table, panel_of, write_report
 from seed_train.generation import GenerationBackend, HFGenerateBackend
 from seed_train.logs import MetricsLogger
 from seed_train.losses import gate_advantage_covariance, opd_gate, seed_loss
+from seed_train.parallel import ReplicatedWeights, weight_layout_from_env
 from seed_train.policy import (LoraSettings, frozen_copy, load_policy, merge_and_restart_lora,
                                reference_logprobs_context, resolve_model)
 from seed_train.rollout import EnvPool, EnvSpec, RolloutStats, group_jobs, run_episodes, sample_tasks
@@ -142,14 +144,16 @@ def _rows(idx, width: int, device):
 
 
 def update_policy(model, optimizer, samples: Sequence[StepSample], scored: dict, cfg: SeedConfig,
-                  rng: np.random.Generator) -> dict[str, float]:
+                  rng: np.random.Generator, layout: ReplicatedWeights = ReplicatedWeights()) -> dict[str, float]:
     """PPO epochs over the samples in minibatches; returns the mean of each loss statistic.
 
     Each epoch splits a permutation of the samples into ``ceil(N / minibatch_size)`` near-equal
     minibatches. Under data parallelism N is the global sample count, every rank takes that many
     optimizer steps over its own samples, the token means use the global minibatch's token counts and
     gradients are averaged over ranks, so one minibatch covering all samples gives exactly the
-    single-process update.
+    single-process update. ``layout`` (:mod:`seed_train.parallel`) averages and clips the gradients;
+    under FSDP a rank with no share of a minibatch still runs a zero-weighted forward and backward,
+    because those are collectives there.
     """
     tensors = response_tensors(samples) if samples else None
     device = next(model.parameters()).device
@@ -183,8 +187,11 @@ def update_policy(model, optimizer, samples: Sequence[StepSample], scored: dict,
                 loss.backward()
             else:  # this rank has no samples in this minibatch: it still joins the gradient average
                 stats = {}
-            all_reduce_grads(params)
-            stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+                if layout.sharded:
+                    logprobs, _ = response_logprobs(model, [[0]], [[0]], grad=True)
+                    (logprobs.sum() * 0.0).backward()
+            layout.reduce_gradients(params)
+            stats["grad_norm"] = layout.clip_grad_norm(params, cfg.grad_clip)
             optimizer.step()
             for k, v in stats.items():
                 sums[k] += float(v)
@@ -234,6 +241,7 @@ class Policy:
     backend: HFGenerateBackend
     lora: LoraSettings | None = None
     reference: Any = None  # full fine-tuning: frozen copy of θ_0 for the KL term (LoRA: adapters off)
+    layout: ReplicatedWeights = dataclasses.field(default_factory=ReplicatedWeights)  # Stage 2's weight layout
 
 
 def load(cfg: SeedConfig) -> Policy:
@@ -325,13 +333,41 @@ def seed_iteration(it: int, policy: Policy, optimizer, cfg: SeedConfig, pool: En
     # Data parallelism: this rank plays whole groups (advantages need the whole group); one process: all.
     jobs = shard_groups(jobs, [j.group_id for j in jobs], dist_info())
     stats = RolloutStats()
-    t0 = time.perf_counter()
-    trajectories = run_episodes(policy.backend, policy.tokenizer, pool, jobs, max_new_tokens=cfg.max_new_tokens,
-                                temperature=cfg.temperature, top_p=cfg.top_p, seed=int(rng.integers(2**31)), stats=stats)
-    times["rollout_s"] = time.perf_counter() - t0
-    # An episode whose env crashed (Ray backend) has no steps: leave it out of its group's statistics.
+    with policy.layout.full_weights(policy.model):  # sharded weights: whole on every rank until the update
+        trajectories, skills, samples, scored, times = _play_and_score(policy, cfg, pool, jobs, rng, stats, times,
+                                                                       frozen, library)
     env_failures = sum(bool(t.meta.get("env_failed")) for t in trajectories)
     trajectories = [t for t in trajectories if not t.meta.get("env_failed")]
+    # Every rank's episodes, in group order (one process: its own), for the log and the metrics.
+    all_trajectories = gather_lists(trajectories)
+    if writer is not None:
+        for t in all_trajectories:
+            writer.write(t)
+    t0 = time.perf_counter()
+    loss_stats = update_policy(policy.model, optimizer, samples, scored, cfg, rng, policy.layout)
+    times["update_s"] = time.perf_counter() - t0
+    with policy.layout.full_weights(policy.model):
+        policy.backend.sync_weights(policy.model)
+    all_skills = gather_lists(skills) if (cfg.opd_coef > 0 and cfg.skill_source != "none") else []
+    metrics = rollout_metrics(all_trajectories, all_skills)
+    metrics.update(loss_stats)
+    metrics.update(mean_over_ranks(gate_diagnostics(samples, scored, cfg)))
+    metrics.update(mean_over_ranks({**times, "generate_s": stats.generate_s, "env_s": stats.env_s,
+                                    "tokens_per_s": stats.generated_tokens / max(stats.generate_s, 1e-9)}))
+    metrics.update({"samples": sum_over_ranks(len(samples)), "env_failures": sum_over_ranks(env_failures)})
+    return metrics
+
+
+def _play_and_score(policy: Policy, cfg: SeedConfig, pool: EnvPool, jobs, rng: np.random.Generator,
+                    stats: RolloutStats, times: dict[str, float], frozen: dict | None, library: dict | None):
+    """Steps 1-4: rollouts, skills, advantages, samples and their no-grad scores (all trajectories
+    returned, crashed-env ones included and marked; the samples only come from the others)."""
+    t0 = time.perf_counter()
+    played = run_episodes(policy.backend, policy.tokenizer, pool, jobs, max_new_tokens=cfg.max_new_tokens,
+                          temperature=cfg.temperature, top_p=cfg.top_p, seed=int(rng.integers(2**31)), stats=stats)
+    times["rollout_s"] = time.perf_counter() - t0
+    # An episode whose env crashed (Ray backend) has no steps: leave it out of its group's statistics.
+    trajectories = [t for t in played if not t.meta.get("env_failed")]
     t0 = time.perf_counter()
     skills = skills_for(trajectories, cfg, policy.backend, policy.tokenizer, policy.model,
                         seed=int(rng.integers(2**31)), frozen=frozen, library=library)
@@ -349,23 +385,7 @@ def seed_iteration(it: int, policy: Policy, optimizer, cfg: SeedConfig, pool: En
     record_teacher_logprobs(trajectories, samples, scored["teacher_logprobs"], policy.tokenizer)
     for t in trajectories:
         t.meta["opd_beta"] = cfg.opd_beta
-    # Every rank's episodes, in group order (one process: its own), for the log and the metrics.
-    all_trajectories = gather_lists(trajectories)
-    if writer is not None:
-        for t in all_trajectories:
-            writer.write(t)
-    t0 = time.perf_counter()
-    loss_stats = update_policy(policy.model, optimizer, samples, scored, cfg, rng)
-    times["update_s"] = time.perf_counter() - t0
-    policy.backend.sync_weights(policy.model)
-    all_skills = gather_lists(skills) if (cfg.opd_coef > 0 and cfg.skill_source != "none") else []
-    metrics = rollout_metrics(all_trajectories, all_skills)
-    metrics.update(loss_stats)
-    metrics.update(mean_over_ranks(gate_diagnostics(samples, scored, cfg)))
-    metrics.update(mean_over_ranks({**times, "generate_s": stats.generate_s, "env_s": stats.env_s,
-                                    "tokens_per_s": stats.generated_tokens / max(stats.generate_s, 1e-9)}))
-    metrics.update({"samples": sum_over_ranks(len(samples)), "env_failures": sum_over_ranks(env_failures)})
-    return metrics
+    return played, skills, samples, scored, times
 
 
 def train(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]:
@@ -374,6 +394,7 @@ def train(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]
     info = init_from_env(cfg.device)
     if info.world_size > 1:
         cfg = dataclasses.replace(cfg, device=local_device(cfg.device))
+    layout = weight_layout_from_env(info.world_size, cfg.device)  # refuses what it cannot honour, before any work
     main = info.is_main
     if not main:
         say = _silent
@@ -400,6 +421,10 @@ def train(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]
         fix_stage2_start(policy, cfg)
     # The frozen-analyzer control keeps analysing with θ_0's weights.
     frozen_state = trainable_state(policy.model) if cfg.skill_source == "frozen" else None
+    # Stage 2 trains with the launch's weight layout (FSDP: sharded from here; Stage 1 and θ_0 are whole).
+    policy.model, policy.layout = layout.prepare(policy.model), layout
+    results["weight_layout"] = layout.name
+    say(f"stage 2 weights: {layout.name} over {info.world_size} process(es)")
     optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=cfg.lr)
     if cfg.resume:
         load_checkpoint(cfg.resume, policy.model, optimizer)
@@ -422,10 +447,14 @@ def train(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]
             say(f"iteration {it + 1}/{cfg.iterations}: success {metrics['success']:.2f} return {metrics['return']:.2f} "
                 f"loss {metrics.get('loss', 0):.4f} opd {metrics.get('opd_term', 0):.4f} ({metrics['iteration_s']:.0f}s)")
             if (cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0) or it + 1 == cfg.iterations:
+                # Gathered on every rank (collectives under FSDP), written by the main process.
+                trainable, opt_state = trainable_state(policy.model), optimizer_state(policy.model, optimizer)
                 if main:
-                    save_checkpoint(ckpts / f"iter{it:04d}", policy.model, optimizer, it)
+                    save_checkpoint(ckpts / f"iter{it:04d}", trainable, opt_state, it)
                 barrier()
     pool.close()
+    if policy.layout.sharded:
+        gather_whole_policy(policy, cfg)
     if logger is not None:
         logger.close()
     if cfg.eval_after:
@@ -437,6 +466,21 @@ def train(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]
         (out / "results.json").write_text(json.dumps(results, indent=1))
     barrier()
     return results
+
+
+def gather_whole_policy(policy: Policy, cfg: SeedConfig) -> None:
+    """After sharded training: every rank rebuilds the plain model and loads the full trained weights, so
+    the final evaluation and the saved folder are exactly those of a single-process run."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    state = get_model_state_dict(policy.model, options=StateDictOptions(full_state_dict=True))
+    torch.manual_seed(cfg.seed)
+    model, _ = load_policy(cfg.model, lora=policy.lora, dtype=cfg.dtype, device=cfg.device,
+                           freeze_vision=cfg.freeze_vision)
+    model.load_state_dict(state)
+    model.eval()
+    policy.model, policy.layout = model, ReplicatedWeights()
+    policy.backend.sync_weights(model)
 
 
 def _silent(_: str) -> None:

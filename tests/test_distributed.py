@@ -1,15 +1,20 @@
-"""Data parallelism: 2 CPU processes (gloo, DDP) give the same loss and gradients as 1 process."""
+"""Data parallelism: 2 CPU processes (gloo; replicated weights or FSDP2 shards) give the same update as 1 process."""
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import subprocess
+import sys
 from pathlib import Path
+
+import numpy as np
 
 import pytest
 import torch
 
-from seed_train.distributed import DistInfo, global_token_mean, shard_groups, sharded_range
+from seed_train.distributed import DistInfo, shard_groups, sharded_range
 
 
 def test_shard_groups_never_splits_groups():
@@ -36,7 +41,8 @@ def _step(rank: int, world: int, model_dir: str, port: int, out: str) -> None:
     from transformers import AutoModelForCausalLM
 
     from seed_train.advantages import group_normalize
-    from seed_train.distributed import all_reduce_sum, dist_info
+    from seed_train.distributed import all_reduce_grads, dist_info, sum_over_ranks
+    from seed_train.losses import seed_loss
     from seed_train.scoring import response_logprobs
 
     torch.set_num_threads(1)
@@ -45,18 +51,18 @@ def _step(rank: int, world: int, model_dir: str, port: int, out: str) -> None:
         dist.init_process_group("gloo", rank=rank, world_size=world)
     info = dist_info()
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
     prompts, responses, returns, groups = _batch()
     mine = shard_groups(list(range(8)), groups, info)
     # Advantages from whole groups, computed on the rank that holds the group.
     adv = group_normalize(returns[mine], torch.tensor([groups[i] for i in mine]))
-    lp, mask = response_logprobs(ddp, [prompts[i] for i in mine], [responses[i] for i in mine], grad=True)
-    old = lp.detach()
-    # The PPO surrogate at ratio 1 (first minibatch of an update): its gradient is -A * grad(logprob).
-    per_token = -(torch.exp(lp - old) * adv[:, None])
-    loss = global_token_mean(per_token, mask)
+    lp, mask = response_logprobs(model, [prompts[i] for i in mine], [responses[i] for i in mine], grad=True)
+    # The trainer's arithmetic: token means over the global batch (its token count over the world size),
+    # then gradients averaged over ranks.
+    token_count = sum_over_ranks(float(mask.sum())) / info.world_size
+    loss, _ = seed_loss(lp, lp.detach(), adv[:, None].expand_as(mask), mask, token_count=token_count)
     loss.backward()
-    total = float(all_reduce_sum(loss.detach()) / info.world_size)
+    all_reduce_grads(model.parameters())
+    total = sum_over_ranks(float(loss)) / info.world_size
     grad = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
     if info.is_main:
         Path(out).write_text(json.dumps({"loss": total, "grad_norm": float(grad.norm()), "grad_head": grad[:50].tolist()}))
@@ -134,3 +140,117 @@ def test_accelerate_launch_two_processes_match_one(tmp_path):
         torch.testing.assert_close(w2[k], w1[k], atol=1e-5, rtol=1e-4)
     # Only the main process wrote: one trajectory log holding every rank's episodes.
     assert len((two / "trajectories.jsonl").read_text().splitlines()) == 8
+
+
+# ------------------------------------------------------------------------------------ FSDP2
+def test_weight_layout_from_env_honours_or_names_the_setting(monkeypatch):
+    from seed_train.parallel import ReplicatedWeights, ShardedWeights, weight_layout_from_env
+
+    for k in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED", "FSDP_VERSION"):
+        monkeypatch.delenv(k, raising=False)
+    assert type(weight_layout_from_env(2)) is ReplicatedWeights
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    with pytest.raises(ValueError, match="distributed_type: DEEPSPEED"):
+        weight_layout_from_env(2)
+    monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED")
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("FSDP_VERSION", "1")
+    with pytest.raises(ValueError, match="fsdp_version: 1"):
+        weight_layout_from_env(2)
+    monkeypatch.setenv("FSDP_VERSION", "2")
+    monkeypatch.setenv("FSDP_RESHARD_AFTER_FORWARD", "false")
+    layout = weight_layout_from_env(2)
+    assert isinstance(layout, ShardedWeights) and layout.plugin.reshard_after_forward is False
+    assert type(weight_layout_from_env(1)) is ReplicatedWeights  # one process: nothing to shard
+
+
+def _launch_fsdp(args: list[str], env: dict) -> subprocess.CompletedProcess:
+    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
+    if accelerate is None:
+        pytest.skip("accelerate is not installed (pip install 'seed-gym[train]')")
+    return subprocess.run([accelerate, "launch", "--use_fsdp", "--fsdp_version", "2", "--fsdp_auto_wrap_policy",
+                           "TRANSFORMER_BASED_WRAP", "--fsdp_reshard_after_forward", "true", "--num_processes", "2",
+                           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                           "--main_process_port", str(_free_port()), "-m", "seed_train", *args],
+                          env=env, timeout=600, capture_output=True, text=True)
+
+
+def _same_weights(a: Path, b: Path) -> None:
+    from safetensors.torch import load_file
+
+    w1, w2 = load_file(str(a)), load_file(str(b))
+    assert w1.keys() == w2.keys()
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_accelerate_fsdp_matches_one_process_and_resumes_across_layouts(tmp_path):
+    """FSDP2 over 2 CPU processes (LoRA policy): the same update, final evaluation and saved model as one
+    process; and a checkpoint of either run resumes under the other layout to the same next weights."""
+    from seed_train.tiny import cached_tiny_model
+
+    model_dir = str(cached_tiny_model())
+    skills = tmp_path / "skills.json"
+    skills.write_text(json.dumps({"default": "Read both cards, add them if the sum hits the target, else multiply."}))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+    def args(out: Path, *extra: str) -> list[str]:
+        base = _train_args(out, model_dir, str(skills))
+        base.remove("--no-lora")
+        base[base.index("--no-eval-after"):base.index("--no-eval-after") + 1] = ["--eval-limit", "4"]
+        base.remove("--no-save-final")
+        return [*base, "--lora-r", "4", *extra]
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    subprocess.run([sys.executable, "-m", "seed_train", *args(one)], check=True, env=env, timeout=600,
+                   capture_output=True)
+    launched = _launch_fsdp(args(two), env)
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    assert json.loads((two / "results.json").read_text())["weight_layout"] == "fsdp"
+    m1 = json.loads((one / "metrics.jsonl").read_text().splitlines()[0])
+    m2 = json.loads((two / "metrics.jsonl").read_text().splitlines()[0])
+    assert m1["samples"] == m2["samples"] and m1["return"] == pytest.approx(m2["return"])
+    assert m1["loss"] == pytest.approx(m2["loss"], abs=1e-5) and m1["grad_norm"] == pytest.approx(m2["grad_norm"], rel=1e-4)
+    _same_weights(one / "checkpoints" / "iter0000" / "trainable.safetensors",
+                  two / "checkpoints" / "iter0000" / "trainable.safetensors")
+    # After training the sharded policy is gathered whole: same evaluation, same saved (LoRA-merged) model.
+    e1, e2 = (json.loads((d / "eval_after.json").read_text()) for d in (one, two))
+    assert e1["categories"] == e2["categories"]
+    _same_weights(one / "final" / "model.safetensors", two / "final" / "model.safetensors")
+
+    # Resume across layouts: the FSDP checkpoint on 1 process, the 1-process checkpoint under FSDP.
+    r1, r2 = tmp_path / "r1", tmp_path / "r2"
+    more = ("--iterations", "2", "--no-eval-after", "--no-save-final")
+    subprocess.run([sys.executable, "-m", "seed_train", *args(r1, "--resume", str(two / "checkpoints" / "iter0000"), *more)],
+                   check=True, env=env, timeout=600, capture_output=True)
+    launched = _launch_fsdp(args(r2, "--resume", str(one / "checkpoints" / "iter0000"), *more), env)
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    _same_weights(r1 / "checkpoints" / "iter0001" / "trainable.safetensors",
+                  r2 / "checkpoints" / "iter0001" / "trainable.safetensors")
+
+
+@pytest.mark.slow
+def test_accelerate_fsdp_full_finetune_with_uneven_shards(tmp_path):
+    """Full fine-tuning under FSDP2 with 3 groups on 2 ranks and 2-sample minibatches: one rank runs out of
+    samples before the last minibatches and joins them with zero-weighted passes (no hang), and the
+    weights move."""
+    from safetensors.torch import load_file
+
+    from seed_train.tiny import cached_tiny_model
+
+    model_dir = str(cached_tiny_model())
+    skills = tmp_path / "skills.json"
+    skills.write_text(json.dumps({"default": "Read both cards, add them if the sum hits the target, else multiply."}))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    base = _train_args(tmp_path / "run", model_dir, str(skills))
+    base[base.index("--tasks-per-iteration") + 1] = "3"
+    base[base.index("--minibatch-size") + 1] = "2"
+    launched = _launch_fsdp(base, env)
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    metrics = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert metrics["samples"] == 12 and np.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
+    trained = load_file(str(tmp_path / "run" / "checkpoints" / "iter0000" / "trainable.safetensors"))
+    initial = load_file(str(Path(model_dir) / "model.safetensors"))
+    moved = [k for k in initial if k in trained and not torch.equal(trained[k], initial[k])]
+    assert len(moved) > 10
