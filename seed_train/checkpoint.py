@@ -14,11 +14,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
+
+from seed_train.config import SetupError
 
 
 def _full(p: torch.Tensor) -> torch.Tensor:
@@ -36,7 +39,7 @@ def load_trainable_state(model: torch.nn.Module, state: dict[str, torch.Tensor])
     params = dict(model.named_parameters())
     missing = sorted(set(state) - set(params))
     if missing:
-        raise ValueError(f"checkpoint has weights the model lacks (different model or LoRA settings?): {missing[:3]}")
+        raise SetupError(f"checkpoint has weights the model lacks (different model or LoRA settings?): {missing[:3]}")
     with torch.no_grad():
         for name, value in state.items():
             p = params[name]
@@ -78,13 +81,18 @@ def save_checkpoint(folder: str | Path, trainable: dict[str, torch.Tensor], opti
     return folder
 
 
-def load_checkpoint(folder: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Restore weights, optimizer and torch RNG; returns the meta dict (``iteration`` and extras)."""
+def load_checkpoint(folder: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    load_optimizer: Callable[..., None] | None = None) -> dict[str, Any]:
+    """Restore weights, optimizer and torch RNG; returns the meta dict (``iteration`` and extras).
+
+    ``load_optimizer(model, optimizer, state)`` restores the optimizer state (default
+    :func:`load_optimizer_state`; the trainer passes its weight layout's, see :mod:`seed_train.parallel`).
+    """
     folder = Path(folder)
     if not (folder / "meta.json").is_file():
-        raise ValueError(f"resume: {folder} is not a checkpoint folder (no meta.json)")
+        raise SetupError(f"resume: {folder} is not a checkpoint folder (no meta.json)")
     load_trainable_state(model, load_file(str(folder / "trainable.safetensors")))
     state = torch.load(folder / "state.pt", weights_only=False)
-    load_optimizer_state(model, optimizer, state["optimizer"])
+    (load_optimizer or load_optimizer_state)(model, optimizer, state["optimizer"])
     torch.set_rng_state(state["torch_rng"])
     return json.loads((folder / "meta.json").read_text())

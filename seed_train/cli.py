@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from seed_train.config import SeedConfig
+from seed_train.config import SeedConfig, SetupError
 
 #: The main job: sized from measurements on a 2-core CPU (see README "Quickstart budget").
 QUICKSTART = {
@@ -64,7 +64,11 @@ def main_train(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"seed-train: {e}", file=sys.stderr)
         return 2
-    results = train(cfg)
+    try:
+        results = train(cfg)
+    except SetupError as e:  # a launch setting or checkpoint that does not fit: named, before any training
+        print(f"seed-train: {e}", file=sys.stderr)
+        return 2
     if "before" in results and "after" in results:
         b, a = results["before"]["categories"]["all"], results["after"]["categories"]["all"]
         print(f"\n{cfg.env_id} {cfg.eval_split}: success {b['success']:.3f} -> {a['success']:.3f} "

@@ -23,6 +23,14 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
+
+class SetupError(ValueError):
+    """A run that cannot start as asked: a launch setting, checkpoint or model that does not fit.
+
+    Raised by the trainer before any training; the CLI prints the message (which names the setting) and
+    exits with status 2, as it does for a bad config field.
+    """
+
 SKILL_SOURCES = ("on_policy", "shuffled", "frozen", "static", "none")
 ADVANTAGES = ("grpo", "grpo_mean", "gigpo")
 ENV_BACKENDS = ("sync", "async", "ray")  # seed_train.env_backends (not imported here: config stays light)

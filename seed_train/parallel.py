@@ -1,28 +1,32 @@
-"""How the policy's weights live across data-parallel processes: replicated (DDP-style) or sharded (FSDP2).
+"""How the policy's weights live across data-parallel processes: replicated, FSDP2 shards or DeepSpeed ZeRO.
 
 The trainer asks one object, chosen at start from the ``accelerate launch`` configuration
-(:func:`weight_layout_from_env`), four things, so the rest of the code has no per-strategy branches:
+(:func:`weight_layout_from_env`), for these things, so the rest of the code has no per-strategy branches:
 
-- ``prepare(model)``: lay the weights out (replicated: unchanged; sharded: ``fully_shard`` per
+- ``prepare(model)`` lays the weights out (replicated and ZeRO: unchanged; FSDP2: ``fully_shard`` per
   transformer block and at the root, in place, so the module keeps its class and peft methods);
-- ``full_weights(model)``: a context in which every rank holds the whole model and may run any
-  number of forward passes on its own (rollouts, the analyzer, teacher/reference scoring all differ in
-  length between ranks). Sharded: every block is all-gathered once on entry and freed on exit — the
-  same "full weights for generation, shards for training" split verl and OpenRLHF make;
-- ``reduce_gradients(params)`` after each backward (replicated: the explicit all-reduce average of
-  :func:`seed_train.distributed.all_reduce_grads`; sharded: nothing, FSDP reduce-scatters in backward);
-- ``clip_grad_norm(params, max_norm)``: the global norm as a float.
+- ``make_optimizer`` builds AdamW over the trainable parameters (ZeRO: wrapped by the DeepSpeed engine);
+- ``full_weights(model)``: a context in which every rank holds the whole model and may run any number of
+  forward passes on its own (rollouts, the analyzer, teacher/reference scoring all differ in length
+  between ranks). FSDP2: every block is all-gathered once on entry and freed on exit, the same "full
+  weights to generate, shards to train" split verl and OpenRLHF make; the others: nothing to do;
+- ``backward(loss)`` and ``step(optimizer, params, max_norm)``: gradient averaging over ranks (replicated:
+  one all-reduce, DDP's arithmetic; FSDP2: reduce-scatter during backward; ZeRO: the engine), clipping
+  and the optimizer step; returns the global gradient norm;
+- ``optimizer_state`` / ``load_optimizer_state`` for checkpoints.
 
-Under FSDP every forward/backward of the update is a collective, so every rank must run the same
-number of them: ``sharded`` tells :func:`seed_train.trainer.update_policy` to run a zero-weighted pass
-on a rank whose share of a minibatch is empty.
+``lockstep``: every forward/backward of the update is a collective (FSDP2, ZeRO), so a rank whose share
+of a minibatch is empty runs a zero-weighted pass (:func:`seed_train.trainer.update_policy`).
+``sharded``: parameters are split over ranks, so after training they are gathered into a plain model.
 
-Supported accelerate settings (``accelerate launch --config_file fsdp.yaml`` or ``--use_fsdp ...``):
-``fsdp_version: 2``, ``fsdp_auto_wrap_policy`` (TRANSFORMER_BASED_WRAP with the model's
-``_no_split_modules`` or ``fsdp_transformer_layer_cls_to_wrap``, SIZE_BASED_WRAP, NO_WRAP),
-``fsdp_reshard_after_forward``, ``fsdp_offload_params``, ``fsdp_activation_checkpointing``; parsed by
-accelerate's own ``FullyShardedDataParallelPlugin``. FSDP version 1 and DeepSpeed configs are refused at
-start with the setting named (see ``docs/integrations-scale.md``).
+Accelerate's own plugins parse the launch settings (``accelerate launch --config_file X.yaml`` or the
+``--use_fsdp`` / ``--use_deepspeed`` flags). Honoured: ``fsdp_version: 2`` with
+``fsdp_auto_wrap_policy`` (TRANSFORMER_BASED_WRAP with the model's ``_no_split_modules`` or
+``fsdp_transformer_layer_cls_to_wrap``, SIZE_BASED_WRAP, NO_WRAP), ``fsdp_reshard_after_forward``,
+``fsdp_offload_params``, ``fsdp_activation_checkpointing``; DeepSpeed ``zero_stage`` 1 or 2 with its
+``gradient_clipping``, offload and precision settings. Refused at start with the setting named
+(:class:`seed_train.config.SetupError`): ``fsdp_version: 1``, ZeRO stage 3 (it partitions the
+parameters every rollout needs whole: shard with FSDP2 instead), a DeepSpeed ``optimizer``/``scheduler``.
 """
 from __future__ import annotations
 
@@ -30,6 +34,8 @@ import contextlib
 import os
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
+
+from seed_train.config import SetupError
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -43,14 +49,30 @@ class ReplicatedWeights:
     """Every rank keeps the whole model; gradients are averaged with one all-reduce (DDP's arithmetic)."""
 
     name = "replicated"
-    sharded = False
+    sharded = False  # parameters split over ranks (gathered into a plain model after training)
+    lockstep = False  # every forward/backward of the update is a collective
 
     def prepare(self, model: "torch.nn.Module") -> "torch.nn.Module":
         return model
 
+    def make_optimizer(self, model: "torch.nn.Module", lr: float, grad_clip: float) -> "torch.optim.Optimizer":
+        import torch
+
+        return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+
     @contextlib.contextmanager
     def full_weights(self, model: "torch.nn.Module") -> Iterator[None]:
         yield
+
+    def backward(self, loss: "torch.Tensor") -> None:
+        loss.backward()
+
+    def step(self, optimizer: "torch.optim.Optimizer", params: list["torch.Tensor"], max_norm: float) -> float:
+        """Average the gradients over ranks, clip them to ``max_norm``, step; returns the pre-clip norm."""
+        self.reduce_gradients(params)
+        norm = self.clip_grad_norm(params, max_norm)
+        optimizer.step()
+        return norm
 
     def reduce_gradients(self, params: Iterable["torch.Tensor"]) -> None:
         from seed_train.distributed import all_reduce_grads
@@ -62,6 +84,94 @@ class ReplicatedWeights:
 
         return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
 
+    def optimizer_state(self, model: "torch.nn.Module", optimizer: "torch.optim.Optimizer") -> dict[str, Any]:
+        """For a checkpoint; a collective under data parallelism (call it on every rank)."""
+        from seed_train.checkpoint import optimizer_state
+
+        return optimizer_state(model, optimizer)
+
+    def load_optimizer_state(self, model: "torch.nn.Module", optimizer: "torch.optim.Optimizer",
+                             state: dict[str, Any]) -> None:
+        from seed_train.checkpoint import load_optimizer_state
+
+        if DEEPSPEED_STATE in state:
+            raise SetupError(f"resume: this checkpoint's optimizer state is DeepSpeed ZeRO's, partitioned over "
+                             f"{len(state[DEEPSPEED_STATE])} processes; resume it with the same DeepSpeed launch")
+        load_optimizer_state(model, optimizer, state)
+
+
+DEEPSPEED_STATE = "deepspeed_zero_partitions"  # key of a DeepSpeed checkpoint's per-rank optimizer states
+
+
+class DeepSpeedZeroWeights(ReplicatedWeights):
+    """DeepSpeed ZeRO stage 1 (optimizer state partitioned) or 2 (also gradients), from an accelerate config.
+
+    Parameters stay whole on every rank (rollouts and scoring use them as they are); the engine reduces
+    the gradients, clips them (``gradient_clipping``, ``auto`` = the trainer's ``grad_clip``) and steps
+    the trainer's AdamW on each rank's partition, then all-gathers the new weights. ``config``: the
+    DeepSpeed config dict from accelerate's ``DeepSpeedPlugin`` (``auto`` values are filled here).
+    """
+
+    name = "deepspeed"
+    lockstep = True
+
+    def __init__(self, config: dict[str, Any]):
+        stage = int(config.get("zero_optimization", {}).get("stage", 0))
+        if stage not in (1, 2):
+            raise SetupError(
+                f"deepspeed config 'zero_optimization.stage: {stage}': the SEED trainer supports ZeRO stages 1 and 2 "
+                "(stage 3 partitions the parameters, which every rollout needs whole: use an FSDP config, "
+                "'fsdp_version: 2', to shard parameters)")
+        for section in ("optimizer", "scheduler"):
+            if section in config:
+                raise SetupError(f"deepspeed config '{section}': the trainer builds AdamW with --lr and no scheduler; "
+                                 f"remove the '{section}' section")
+        self.config = config
+        self.engine: Any = None
+
+    def make_optimizer(self, model: "torch.nn.Module", lr: float, grad_clip: float) -> "torch.optim.Optimizer":
+        import deepspeed
+        import torch.distributed as dist
+
+        config = {k: v for k, v in self.config.items() if v != "auto"}
+        # The trainer forms its own minibatches: one engine step per minibatch, no accumulation.
+        config.update(train_micro_batch_size_per_gpu=1, gradient_accumulation_steps=1,
+                      train_batch_size=dist.get_world_size())
+        if self.config.get("gradient_clipping", "auto") == "auto":
+            config["gradient_clipping"] = grad_clip
+        for precision in ("fp16", "bf16"):  # 'auto' here means: the model's own dtype (--dtype)
+            if isinstance(config.get(precision), dict) and config[precision].get("enabled") == "auto":
+                del config[precision]
+        base = super().make_optimizer(model, lr, grad_clip)
+        self.engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=base, config=config,
+                                                            dist_init_required=False)
+        return optimizer
+
+    def backward(self, loss: "torch.Tensor") -> None:
+        self.engine.backward(loss)
+
+    def step(self, optimizer: "torch.optim.Optimizer", params: list["torch.Tensor"], max_norm: float) -> float:
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        return float(norm) if norm is not None else 0.0
+
+    def optimizer_state(self, model: "torch.nn.Module", optimizer: "torch.optim.Optimizer") -> dict[str, Any]:
+        """Every rank's ZeRO partition, in rank order (DeepSpeed's own optimizer state dicts)."""
+        from seed_train.distributed import gather_lists
+
+        return {DEEPSPEED_STATE: gather_lists([optimizer.state_dict()])}
+
+    def load_optimizer_state(self, model: "torch.nn.Module", optimizer: "torch.optim.Optimizer",
+                             state: dict[str, Any]) -> None:
+        import torch.distributed as dist
+
+        parts = state.get(DEEPSPEED_STATE)
+        if parts is None or len(parts) != dist.get_world_size():
+            got = "a non-DeepSpeed optimizer state" if parts is None else f"ZeRO partitions of {len(parts)} processes"
+            raise SetupError(f"resume: the checkpoint holds {got}; a DeepSpeed run over {dist.get_world_size()} "
+                             "processes resumes only its own kind (the weights alone load anywhere)")
+        optimizer.load_state_dict(parts)  # ZeRO picks this rank's partition from the list
+
 
 class ShardedWeights(ReplicatedWeights):
     """FSDP2 (``torch.distributed.fsdp.fully_shard``): parameters, gradients and optimizer state sharded.
@@ -72,6 +182,7 @@ class ShardedWeights(ReplicatedWeights):
 
     name = "fsdp"
     sharded = True
+    lockstep = True
 
     def __init__(self, plugin: Any, device_type: str = "cpu"):
         self.plugin = plugin
@@ -134,18 +245,23 @@ def weight_layout_from_env(world_size: int, device: str = "cpu") -> ReplicatedWe
     Raises ``ValueError`` naming the accelerate setting for what the trainer cannot honour.
     """
     if _env_true("ACCELERATE_USE_DEEPSPEED"):
-        raise ValueError(
-            "accelerate config 'distributed_type: DEEPSPEED' is not supported by the SEED trainer: its "
-            "rollouts need whole weights on every rank between updates, which ZeRO's engine does not hand "
-            "out. Use 'distributed_type: FSDP' with 'fsdp_version: 2' (parameters, gradients and optimizer "
-            "state sharded) or plain multi-process data parallelism ('distributed_type: MULTI_GPU').")
+        from accelerate.utils import DeepSpeedPlugin
+
+        plugin = DeepSpeedPlugin()  # parses ACCELERATE_DEEPSPEED_* (or the config file accelerate names)
+        layout = DeepSpeedZeroWeights(plugin.deepspeed_config)  # validates the stage and sections
+        try:
+            import deepspeed  # noqa: F401
+        except ImportError:
+            raise SetupError("accelerate config 'distributed_type: DEEPSPEED' needs deepspeed: "
+                             "pip install 'seed-gym[deepspeed]'") from None
+        return layout if world_size > 1 else ReplicatedWeights()
     if not _env_true("ACCELERATE_USE_FSDP"):
         return ReplicatedWeights()
     from accelerate.utils import FullyShardedDataParallelPlugin
 
     plugin = FullyShardedDataParallelPlugin()  # parses the FSDP_* variables accelerate launch sets
     if plugin.fsdp_version != 2:
-        raise ValueError(f"accelerate config 'fsdp_version: {plugin.fsdp_version}': the SEED trainer shards with "
+        raise SetupError(f"accelerate config 'fsdp_version: {plugin.fsdp_version}': the SEED trainer shards with "
                          "FSDP2 only; set 'fsdp_version: 2' (the other fsdp_* settings carry over)")
     if world_size < 2:
         return ReplicatedWeights()  # one process: nothing to shard across

@@ -34,9 +34,8 @@ from safetensors.torch import load_file, save_file
 
 from seed_train.distributed import (barrier, dist_info, gather_lists, init_from_env, local_device,
                                   mean_over_ranks, shard_groups, sum_over_ranks)
-from seed_train.checkpoint import (load_checkpoint, load_trainable_state, optimizer_state, save_checkpoint,
-                                   trainable_state)
-from seed_train.config import SeedConfig
+from seed_train.checkpoint import load_checkpoint, load_trainable_state, save_checkpoint, trainable_state
+from seed_train.config import SeedConfig, SetupError
 from seed_train.evaluate import evaluate_policy, markdown_table, panel_of, write_report
 from seed_train.generation import GenerationBackend, HFGenerateBackend
 from seed_train.logs import MetricsLogger
@@ -151,9 +150,9 @@ def update_policy(model, optimizer, samples: Sequence[StepSample], scored: dict,
     minibatches. Under data parallelism N is the global sample count, every rank takes that many
     optimizer steps over its own samples, the token means use the global minibatch's token counts and
     gradients are averaged over ranks, so one minibatch covering all samples gives exactly the
-    single-process update. ``layout`` (:mod:`seed_train.parallel`) averages and clips the gradients;
-    under FSDP a rank with no share of a minibatch still runs a zero-weighted forward and backward,
-    because those are collectives there.
+    single-process update. ``layout`` (:mod:`seed_train.parallel`) runs backward and the step (gradient
+    averaging, clipping); under FSDP and DeepSpeed a rank with no share of a minibatch still runs a
+    zero-weighted forward and backward, because those are collectives there.
     """
     tensors = response_tensors(samples) if samples else None
     device = next(model.parameters()).device
@@ -184,15 +183,13 @@ def update_policy(model, optimizer, samples: Sequence[StepSample], scored: dict,
                     opd_coef=cfg.opd_coef, opd_beta=cfg.opd_beta, token_count=token_count,
                     opd_token_count=opd_token_count if opd_tokens else None,
                 )
-                loss.backward()
+                layout.backward(loss)
             else:  # this rank has no samples in this minibatch: it still joins the gradient average
                 stats = {}
-                if layout.sharded:
+                if layout.lockstep:
                     logprobs, _ = response_logprobs(model, [[0]], [[0]], grad=True)
-                    (logprobs.sum() * 0.0).backward()
-            layout.reduce_gradients(params)
-            stats["grad_norm"] = layout.clip_grad_norm(params, cfg.grad_clip)
-            optimizer.step()
+                    layout.backward(logprobs.sum() * 0.0)
+            stats["grad_norm"] = layout.step(optimizer, params, cfg.grad_clip)
             for k, v in stats.items():
                 sums[k] += float(v)
             steps += 1
@@ -254,7 +251,7 @@ def load(cfg: SeedConfig) -> Policy:
                                    freeze_vision=cfg.freeze_vision)
     check_policy_sees_observations(tokenizer, cfg.env_id, cfg.env_kwargs)
     if is_processor(tokenizer) and cfg.generation_backend != "hf":
-        raise ValueError("config field 'generation_backend': vision-language policies generate with 'hf' "
+        raise SetupError("config field 'generation_backend': vision-language policies generate with 'hf' "
                          f"(got {cfg.generation_backend!r})")
     model.eval()
     return Policy(model, tokenizer, generation_backend(cfg, model, tokenizer), lora)
@@ -425,9 +422,9 @@ def train(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]
     policy.model, policy.layout = layout.prepare(policy.model), layout
     results["weight_layout"] = layout.name
     say(f"stage 2 weights: {layout.name} over {info.world_size} process(es)")
-    optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=cfg.lr)
+    optimizer = layout.make_optimizer(policy.model, cfg.lr, cfg.grad_clip)
     if cfg.resume:
-        load_checkpoint(cfg.resume, policy.model, optimizer)
+        load_checkpoint(cfg.resume, policy.model, optimizer, load_optimizer=layout.load_optimizer_state)
         say(f"resumed from {cfg.resume} at iteration {start}")
     library = json.loads(Path(cfg.static_skills).read_text()) if cfg.skill_source == "static" else None
     spec = env_spec(cfg, cfg.train_split)
@@ -448,7 +445,7 @@ def train(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]
                 f"loss {metrics.get('loss', 0):.4f} opd {metrics.get('opd_term', 0):.4f} ({metrics['iteration_s']:.0f}s)")
             if (cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0) or it + 1 == cfg.iterations:
                 # Gathered on every rank (collectives under FSDP), written by the main process.
-                trainable, opt_state = trainable_state(policy.model), optimizer_state(policy.model, optimizer)
+                trainable, opt_state = trainable_state(policy.model), layout.optimizer_state(policy.model, optimizer)
                 if main:
                     save_checkpoint(ckpts / f"iter{it:04d}", trainable, opt_state, it)
                 barrier()
@@ -503,7 +500,7 @@ def resume_stage2_start(policy: Policy, cfg: SeedConfig) -> int:
     """Rebuild θ_0 from the run's saved Stage 1 weights; returns the iteration to continue at."""
     stage1 = run_dir(cfg) / "checkpoints" / "stage1.safetensors"
     if not stage1.is_file():
-        raise ValueError(f"resume: {stage1} is missing; resume from a checkpoint inside a run folder")
+        raise SetupError(f"resume: {stage1} is missing; resume from a checkpoint inside a run folder")
     load_trainable_state(policy.model, load_file(str(stage1)))
     fix_stage2_start(policy, cfg)
     return int(json.loads((Path(cfg.resume) / "meta.json").read_text())["iteration"]) + 1

@@ -143,19 +143,16 @@ def test_accelerate_launch_two_processes_match_one(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ FSDP2
-def test_weight_layout_from_env_honours_or_names_the_setting(monkeypatch):
+def test_fsdp_settings_are_honoured_or_refused_by_name(monkeypatch):
+    from seed_train.config import SetupError
     from seed_train.parallel import ReplicatedWeights, ShardedWeights, weight_layout_from_env
 
     for k in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED", "FSDP_VERSION"):
         monkeypatch.delenv(k, raising=False)
     assert type(weight_layout_from_env(2)) is ReplicatedWeights
-    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
-    with pytest.raises(ValueError, match="distributed_type: DEEPSPEED"):
-        weight_layout_from_env(2)
-    monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED")
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     monkeypatch.setenv("FSDP_VERSION", "1")
-    with pytest.raises(ValueError, match="fsdp_version: 1"):
+    with pytest.raises(SetupError, match="fsdp_version: 1"):
         weight_layout_from_env(2)
     monkeypatch.setenv("FSDP_VERSION", "2")
     monkeypatch.setenv("FSDP_RESHARD_AFTER_FORWARD", "false")
@@ -164,15 +161,25 @@ def test_weight_layout_from_env_honours_or_names_the_setting(monkeypatch):
     assert type(weight_layout_from_env(1)) is ReplicatedWeights  # one process: nothing to shard
 
 
-def _launch_fsdp(args: list[str], env: dict) -> subprocess.CompletedProcess:
+LAUNCH_FSDP = ["--use_fsdp", "--fsdp_version", "2", "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP",
+               "--fsdp_reshard_after_forward", "true"]
+LAUNCH_ZERO2 = ["--use_deepspeed", "--zero_stage", "2"]
+SKILLS = {"default": "Read both cards, add them if the sum hits the target, else multiply."}
+
+
+def _env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _launch(layout: list[str], args: list[str]) -> subprocess.CompletedProcess:
+    """``accelerate launch`` of the trainer on 2 CPU processes with the given layout flags."""
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
     if accelerate is None:
         pytest.skip("accelerate is not installed (pip install 'seed-gym[train]')")
-    return subprocess.run([accelerate, "launch", "--use_fsdp", "--fsdp_version", "2", "--fsdp_auto_wrap_policy",
-                           "TRANSFORMER_BASED_WRAP", "--fsdp_reshard_after_forward", "true", "--num_processes", "2",
-                           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-                           "--main_process_port", str(_free_port()), "-m", "seed_train", *args],
-                          env=env, timeout=600, capture_output=True, text=True)
+    return subprocess.run([accelerate, "launch", *layout, "--num_processes", "2", "--num_machines", "1",
+                           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
+                           str(_free_port()), "-m", "seed_train", *args],
+                          env=_env(), timeout=600, capture_output=True, text=True)
 
 
 def _same_weights(a: Path, b: Path) -> None:
@@ -184,50 +191,71 @@ def _same_weights(a: Path, b: Path) -> None:
         torch.testing.assert_close(w2[k], w1[k], atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.slow
-def test_accelerate_fsdp_matches_one_process_and_resumes_across_layouts(tmp_path):
-    """FSDP2 over 2 CPU processes (LoRA policy): the same update, final evaluation and saved model as one
-    process; and a checkpoint of either run resumes under the other layout to the same next weights."""
+def _lora_args(out: Path, model_dir: str, skills: Path, *extra: str) -> list[str]:
+    """One LoRA iteration with a 4-task final evaluation and a saved final model."""
+    base = _train_args(out, model_dir, str(skills))
+    base.remove("--no-lora")
+    base[base.index("--no-eval-after"):base.index("--no-eval-after") + 1] = ["--eval-limit", "4"]
+    base.remove("--no-save-final")
+    return [*base, "--lora-r", "4", *extra]
+
+
+RESUME_TO_2 = ("--iterations", "2", "--no-eval-after", "--no-save-final")
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """The 1-process reference: a LoRA run, and that run resumed from its checkpoint to iteration 2."""
     from seed_train.tiny import cached_tiny_model
 
+    root = tmp_path_factory.mktemp("one_process")
     model_dir = str(cached_tiny_model())
-    skills = tmp_path / "skills.json"
-    skills.write_text(json.dumps({"default": "Read both cards, add them if the sum hits the target, else multiply."}))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    skills = root / "skills.json"
+    skills.write_text(json.dumps(SKILLS))
+    one, resumed = root / "one", root / "resumed"
+    subprocess.run([sys.executable, "-m", "seed_train", *_lora_args(one, model_dir, skills)], check=True,
+                   env=_env(), timeout=600, capture_output=True)
+    subprocess.run([sys.executable, "-m", "seed_train",
+                    *_lora_args(resumed, model_dir, skills, "--resume", str(one / "checkpoints" / "iter0000"), *RESUME_TO_2)],
+                   check=True, env=_env(), timeout=600, capture_output=True)
+    return {"one": one, "resumed": resumed, "model_dir": model_dir, "skills": skills}
 
-    def args(out: Path, *extra: str) -> list[str]:
-        base = _train_args(out, model_dir, str(skills))
-        base.remove("--no-lora")
-        base[base.index("--no-eval-after"):base.index("--no-eval-after") + 1] = ["--eval-limit", "4"]
-        base.remove("--no-save-final")
-        return [*base, "--lora-r", "4", *extra]
 
-    one, two = tmp_path / "one", tmp_path / "two"
-    subprocess.run([sys.executable, "-m", "seed_train", *args(one)], check=True, env=env, timeout=600,
-                   capture_output=True)
-    launched = _launch_fsdp(args(two), env)
-    assert launched.returncode == 0, launched.stderr[-3000:]
-    assert json.loads((two / "results.json").read_text())["weight_layout"] == "fsdp"
+def _check_same_run(one: Path, two: Path, layout: str) -> None:
+    """Same first update, final evaluation and saved (LoRA-merged) model as the 1-process run."""
+    assert json.loads((two / "results.json").read_text())["weight_layout"] == layout
     m1 = json.loads((one / "metrics.jsonl").read_text().splitlines()[0])
     m2 = json.loads((two / "metrics.jsonl").read_text().splitlines()[0])
     assert m1["samples"] == m2["samples"] and m1["return"] == pytest.approx(m2["return"])
     assert m1["loss"] == pytest.approx(m2["loss"], abs=1e-5) and m1["grad_norm"] == pytest.approx(m2["grad_norm"], rel=1e-4)
     _same_weights(one / "checkpoints" / "iter0000" / "trainable.safetensors",
                   two / "checkpoints" / "iter0000" / "trainable.safetensors")
-    # After training the sharded policy is gathered whole: same evaluation, same saved (LoRA-merged) model.
     e1, e2 = (json.loads((d / "eval_after.json").read_text()) for d in (one, two))
     assert e1["categories"] == e2["categories"]
     _same_weights(one / "final" / "model.safetensors", two / "final" / "model.safetensors")
 
+
+@pytest.mark.slow
+def test_accelerate_fsdp_matches_one_process_and_resumes_across_layouts(tmp_path, one_process):
+    """FSDP2 over 2 CPU processes (LoRA policy): the same update, final evaluation and saved model as one
+    process (the sharded policy is gathered whole after training); and a checkpoint of either run resumes
+    under the other layout to the same next weights."""
+    ref, model_dir, skills = one_process["one"], one_process["model_dir"], one_process["skills"]
+    two = tmp_path / "two"
+    launched = _launch(LAUNCH_FSDP, _lora_args(two, model_dir, skills))
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    _check_same_run(ref, two, "fsdp")
     # Resume across layouts: the FSDP checkpoint on 1 process, the 1-process checkpoint under FSDP.
     r1, r2 = tmp_path / "r1", tmp_path / "r2"
-    more = ("--iterations", "2", "--no-eval-after", "--no-save-final")
-    subprocess.run([sys.executable, "-m", "seed_train", *args(r1, "--resume", str(two / "checkpoints" / "iter0000"), *more)],
-                   check=True, env=env, timeout=600, capture_output=True)
-    launched = _launch_fsdp(args(r2, "--resume", str(one / "checkpoints" / "iter0000"), *more), env)
+    subprocess.run([sys.executable, "-m", "seed_train",
+                    *_lora_args(r1, model_dir, skills, "--resume", str(two / "checkpoints" / "iter0000"), *RESUME_TO_2)],
+                   check=True, env=_env(), timeout=600, capture_output=True)
+    launched = _launch(LAUNCH_FSDP, _lora_args(r2, model_dir, skills, "--resume", str(ref / "checkpoints" / "iter0000"),
+                                               *RESUME_TO_2))
     assert launched.returncode == 0, launched.stderr[-3000:]
-    _same_weights(r1 / "checkpoints" / "iter0001" / "trainable.safetensors",
-                  r2 / "checkpoints" / "iter0001" / "trainable.safetensors")
+    for run in (r1, r2):
+        _same_weights(one_process["resumed"] / "checkpoints" / "iter0001" / "trainable.safetensors",
+                      run / "checkpoints" / "iter0001" / "trainable.safetensors")
 
 
 @pytest.mark.slow
@@ -241,12 +269,11 @@ def test_accelerate_fsdp_full_finetune_with_uneven_shards(tmp_path):
 
     model_dir = str(cached_tiny_model())
     skills = tmp_path / "skills.json"
-    skills.write_text(json.dumps({"default": "Read both cards, add them if the sum hits the target, else multiply."}))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    skills.write_text(json.dumps(SKILLS))
     base = _train_args(tmp_path / "run", model_dir, str(skills))
     base[base.index("--tasks-per-iteration") + 1] = "3"
     base[base.index("--minibatch-size") + 1] = "2"
-    launched = _launch_fsdp(base, env)
+    launched = _launch(LAUNCH_FSDP, base)
     assert launched.returncode == 0, launched.stderr[-3000:]
     metrics = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert metrics["samples"] == 12 and np.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
@@ -254,3 +281,45 @@ def test_accelerate_fsdp_full_finetune_with_uneven_shards(tmp_path):
     initial = load_file(str(Path(model_dir) / "model.safetensors"))
     moved = [k for k in initial if k in trained and not torch.equal(trained[k], initial[k])]
     assert len(moved) > 10
+
+
+# ------------------------------------------------------------------------------------ DeepSpeed ZeRO
+def test_deepspeed_settings_are_validated_by_name(monkeypatch):
+    from seed_train.config import SetupError
+    from seed_train.parallel import DeepSpeedZeroWeights, ReplicatedWeights, weight_layout_from_env
+
+    for k in ("ACCELERATE_USE_FSDP", "ACCELERATE_DEEPSPEED_CONFIG_FILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
+    with pytest.raises(SetupError, match="zero_optimization.stage: 3"):
+        weight_layout_from_env(2)
+    with pytest.raises(SetupError, match="'optimizer'"):
+        DeepSpeedZeroWeights({"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW"}})
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
+    pytest.importorskip("deepspeed", reason="DeepSpeed is an extra: pip install 'seed-gym[deepspeed]'")
+    layout = weight_layout_from_env(2)
+    assert isinstance(layout, DeepSpeedZeroWeights) and layout.lockstep and not layout.sharded
+    assert type(weight_layout_from_env(1)) is ReplicatedWeights
+
+
+@pytest.mark.slow
+def test_accelerate_deepspeed_zero2_matches_one_process_and_resumes(tmp_path, one_process):
+    """DeepSpeed ZeRO-2 over 2 CPU processes (gloo): same update, evaluation and saved model as one process;
+    its checkpoint (ZeRO's partitioned optimizer state) resumes under the same launch to the 1-process
+    resume's weights, and on 1 process the trainer refuses it by name (exit 2) instead of training wrong."""
+    pytest.importorskip("deepspeed", reason="DeepSpeed is an extra: pip install 'seed-gym[deepspeed]'")
+    ref, model_dir, skills = one_process["one"], one_process["model_dir"], one_process["skills"]
+    two = tmp_path / "two"
+    launched = _launch(LAUNCH_ZERO2, _lora_args(two, model_dir, skills))
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    _check_same_run(ref, two, "deepspeed")
+    ckpt = str(two / "checkpoints" / "iter0000")
+    launched = _launch(LAUNCH_ZERO2, _lora_args(tmp_path / "r2", model_dir, skills, "--resume", ckpt, *RESUME_TO_2))
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    _same_weights(one_process["resumed"] / "checkpoints" / "iter0001" / "trainable.safetensors",
+                  tmp_path / "r2" / "checkpoints" / "iter0001" / "trainable.safetensors")
+    refused = subprocess.run([sys.executable, "-m", "seed_train",
+                              *_lora_args(tmp_path / "r1", model_dir, skills, "--resume", ckpt, *RESUME_TO_2)],
+                             env=_env(), timeout=600, capture_output=True, text=True)
+    assert refused.returncode == 2 and "DeepSpeed ZeRO" in refused.stderr
