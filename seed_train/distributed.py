@@ -1,19 +1,20 @@
-"""Data-parallel helpers for ``accelerate launch -m seed_train ...`` (DDP; FSDP/DeepSpeed via accelerate configs).
+"""Data-parallel helpers for ``accelerate launch -m seed_train ...`` (the weight layouts: :mod:`seed_train.parallel`).
 
 The rules that keep N processes equivalent to one:
 
 1. **Rollouts are sharded by whole groups** (:func:`shard_groups`): every GRPO group lives on one
    rank, so its advantages (group-normalised returns) are computed from the whole group locally, exactly
    as on one process.
-2. **The loss is a token mean over the global batch** (:func:`global_token_mean`): each rank divides
-   its token sum by the token count of *all* ranks and multiplies by the world size, so DDP's gradient
-   averaging yields the full-batch token-mean gradient even when ranks hold different token counts.
+2. **The loss is a token mean over the global batch**: each rank divides its token sum by the token
+   count of *all* ranks over the world size (``seed_loss(token_count=...)``), so averaging gradients
+   over ranks yields the full-batch token-mean gradient even when ranks hold different token counts.
 3. **Seeds never depend on the rank**: all ranks sample the same tasks from the run seed, then shard
    them; each episode samples with its own seed (``EpisodeJob.sampling_seed``), so it plays the same on
    whichever rank and in whichever batch it lands.
-4. **Gradients are averaged over ranks after each backward** (:func:`all_reduce_grads`), which is what
-   DDP does; done explicitly so generation, peft's adapter switches and scoring keep using the plain
-   module (no DDP wrapper to unwrap). Every rank takes the same number of optimizer steps.
+4. **Gradients are averaged over ranks after each backward** (:func:`all_reduce_grads` for replicated
+   weights, which is what DDP does, done explicitly so generation, peft's adapter switches and scoring
+   keep using the plain module; FSDP2 and DeepSpeed ZeRO average in their own collectives). Every rank
+   takes the same number of optimizer steps.
 
 ``accelerate launch --multi_gpu --num_processes N -m seed_train train ...`` (or ``torchrun
 --nproc_per_node N -m seed_train train ...``; on CPU too) sets ``RANK`` / ``WORLD_SIZE`` /
@@ -77,17 +78,6 @@ def all_reduce_sum(value: "torch.Tensor") -> "torch.Tensor":
         value = value.detach().clone()
         dist.all_reduce(value, op=dist.ReduceOp.SUM)
     return value
-
-
-def global_token_mean(per_token: "torch.Tensor", mask: "torch.Tensor") -> "torch.Tensor":
-    """``sum(x * m)`` over this rank / ``sum(m)`` over all ranks, times the world size.
-
-    After DDP averages gradients over ranks, the gradient equals that of the token mean over the
-    global batch; :func:`all_reduce_sum` of the returned value divided by the world size is that mean.
-    """
-    info = dist_info()
-    tokens = all_reduce_sum(mask.sum().float()).clamp(min=1)
-    return (per_token * mask).sum() / tokens * info.world_size
 
 
 def sharded_range(n: int, info: DistInfo) -> range:

@@ -17,7 +17,9 @@ The trainer asks one object, chosen at start from the ``accelerate launch`` conf
 
 ``lockstep``: every forward/backward of the update is a collective (FSDP2, ZeRO), so a rank whose share
 of a minibatch is empty runs a zero-weighted pass (:func:`seed_train.trainer.update_policy`).
-``sharded``: parameters are split over ranks, so after training they are gathered into a plain model.
+``wraps_model``: the layout hooks into the module (FSDP groups, a DeepSpeed engine's gradient hooks), so
+after Stage 1 and after Stage 2 the trainer rebuilds a plain model from the gathered weights (a LoRA merge,
+the final evaluation and the saved model then run the single-process code).
 
 Accelerate's own plugins parse the launch settings (``accelerate launch --config_file X.yaml`` or the
 ``--use_fsdp`` / ``--use_deepspeed`` flags). Honoured: ``fsdp_version: 2`` with
@@ -49,7 +51,7 @@ class ReplicatedWeights:
     """Every rank keeps the whole model; gradients are averaged with one all-reduce (DDP's arithmetic)."""
 
     name = "replicated"
-    sharded = False  # parameters split over ranks (gathered into a plain model after training)
+    wraps_model = False  # hooks into the module (FSDP groups, a DeepSpeed engine): rebuilt plain to go on
     lockstep = False  # every forward/backward of the update is a collective
 
     def prepare(self, model: "torch.nn.Module") -> "torch.nn.Module":
@@ -113,6 +115,7 @@ class DeepSpeedZeroWeights(ReplicatedWeights):
     """
 
     name = "deepspeed"
+    wraps_model = True
     lockstep = True
 
     def __init__(self, config: dict[str, Any]):
@@ -181,7 +184,7 @@ class ShardedWeights(ReplicatedWeights):
     """
 
     name = "fsdp"
-    sharded = True
+    wraps_model = True
     lockstep = True
 
     def __init__(self, plugin: Any, device_type: str = "cpu"):

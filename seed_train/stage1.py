@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 import seed_envs
 from seed_train.losses import masked_token_mean
+from seed_train.parallel import ReplicatedWeights
 from seed_train.policy import encode_prompt
 from seed_train.rollout import EnvSpec
 from seed_train.scoring import response_logprobs
@@ -122,25 +122,45 @@ def length_bucketed_batches(lengths: Sequence[int], batch_size: int, rng: np.ran
 
 
 def sft_train(model, pairs: Sequence[SFTPair], *, lr: float, epochs: int, batch_size: int, seed: int,
-              grad_clip: float = 1.0, progress: Callable[[str], None] | None = None) -> list[float]:
-    """Token-mean negative log-likelihood of the responses; returns the loss of every optimizer step."""
+              grad_clip: float = 1.0, progress: Callable[[str], None] | None = None,
+              layout: ReplicatedWeights | None = None) -> list[float]:
+    """Token-mean negative log-likelihood of the responses; returns the loss of every optimizer step.
+
+    Data parallel (several processes): every rank draws the same batches and takes its strided share
+    of each; the token mean uses the whole batch's token count and ``layout``
+    (:mod:`seed_train.parallel`) averages the gradients, so the update is the single-process one. Under
+    FSDP/DeepSpeed a rank with an empty share still runs a zero-weighted pass (those are collectives).
+    """
+    from seed_train.distributed import dist_info, sum_over_ranks
+
+    layout = layout or ReplicatedWeights()
+    info = dist_info()
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=lr)
+    optimizer = layout.make_optimizer(model, lr, grad_clip)
     rng = np.random.default_rng(seed)
     losses = []
     model.train()
     for epoch in range(epochs):
         for batch_index in length_bucketed_batches([len(p.prompt_ids) + len(p.response_ids) for p in pairs],
                                                    batch_size, rng):
-            batch = [pairs[i] for i in batch_index]
-            logprobs, mask = response_logprobs(model, [p.prompt_ids for p in batch], [p.response_ids for p in batch],
-                                               batch_size=batch_size, grad=True)
-            loss = -masked_token_mean(logprobs, mask)
+            batch = [pairs[i] for i in batch_index][info.rank::info.world_size]
+            tokens = sum(len(p.response_ids) for p in batch)
+            # One process: this batch's own count (the plain token mean); several: the whole batch's.
+            count = None if info.world_size == 1 else sum_over_ranks(tokens) / info.world_size
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, grad_clip)
-            optimizer.step()
-            losses.append(loss.item())
+            if batch:
+                logprobs, mask = response_logprobs(model, [p.prompt_ids for p in batch],
+                                                   [p.response_ids for p in batch], batch_size=batch_size, grad=True)
+                loss = -masked_token_mean(logprobs, mask, count)
+                layout.backward(loss)
+                value = float(loss)
+            else:
+                value = 0.0
+                if layout.lockstep:
+                    logprobs, _ = response_logprobs(model, [[0]], [[0]], grad=True)
+                    layout.backward(logprobs.sum() * 0.0)
+            layout.step(optimizer, params, grad_clip)
+            losses.append(value if info.world_size == 1 else sum_over_ranks(value) / info.world_size)
             if progress:
                 progress(f"stage1 epoch {epoch + 1}/{epochs} step {len(losses)} loss {losses[-1]:.3f}")
     model.eval()

@@ -194,7 +194,12 @@ def update_policy(model, optimizer, samples: Sequence[StepSample], scored: dict,
                 sums[k] += float(v)
             steps += 1
     model.eval()
-    return mean_over_ranks({k: v / max(steps, 1) for k, v in sums.items()})
+    out = mean_over_ranks({k: v / max(steps, 1) for k, v in sums.items()})
+    # Token counts add up over ranks (each rank saw its share of the minibatch); every rank calls this.
+    opd_tokens = sum_over_ranks(sums.get("opd_tokens", 0.0)) / max(steps, 1)
+    if "opd_tokens" in out:
+        out["opd_tokens"] = opd_tokens
+    return out
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory], skills: Sequence[Skill | None]) -> dict[str, float]:
@@ -304,7 +309,10 @@ def stage1_annotator(demos: Sequence[Trajectory], cfg: SeedConfig) -> Callable[[
     return lambda t: by_episode.get(t.episode_id) or rule_based_skill(t)
 
 
-def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None]) -> dict[str, float]:
+def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None],
+               layout: ReplicatedWeights | None = None) -> dict[str, float]:
+    """Demonstrations (collected identically on every rank), SFT pairs, then SFT with ``layout``'s weights
+    (each rank trains on its share of every batch; one process: all of it)."""
     spec = env_spec(cfg, cfg.train_split)
     rng = np.random.default_rng([cfg.seed, 1_000_001])
     tasks = sample_tasks(panel_of(spec), cfg.stage1_demos, rng)
@@ -313,7 +321,7 @@ def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None]) -> d
                       analyzer_images=cfg.analyzer_images)
     t0 = time.perf_counter()
     losses = sft_train(policy.model, pairs, lr=cfg.stage1_lr, epochs=cfg.stage1_epochs,
-                       batch_size=cfg.stage1_batch_size, seed=cfg.seed, grad_clip=cfg.grad_clip)
+                       batch_size=cfg.stage1_batch_size, seed=cfg.seed, grad_clip=cfg.grad_clip, layout=layout)
     say(f"stage 1: {len(pairs)} SFT pairs from {len(demos)} demos, loss {losses[0]:.3f} -> {losses[-1]:.3f} "
         f"({time.perf_counter() - t0:.0f}s)")
     return {"stage1_pairs": len(pairs), "stage1_loss_first": losses[0], "stage1_loss_last": losses[-1]}
@@ -410,15 +418,19 @@ def train(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]
             results["before"] = run_eval(policy, cfg, "eval_before", out)
             say(markdown_table(results["before"], f"before training: {cfg.env_id} {cfg.eval_split}"))
         if cfg.stage1_demos:
-            # Every rank runs the same (deterministic) Stage 1, so all start Stage 2 from the same θ_0.
-            results["stage1"] = run_stage1(policy, cfg, say)
+            # Stage 1 trains with the launch's weight layout too; after it the weights are gathered into a
+            # plain model, so θ_0 (LoRA merge, frozen reference copy) is built as on one process.
+            policy.model = layout.prepare(policy.model)
+            results["stage1"] = run_stage1(policy, cfg, say, layout)
+            if layout.wraps_model:
+                gather_whole_policy(policy, cfg)
         if main:  # what a resume needs to rebuild θ_0 without redoing Stage 1: its trainable weights
             ckpts.mkdir(parents=True, exist_ok=True)
             save_file(trainable_state(policy.model), str(ckpts / "stage1.safetensors"))
         fix_stage2_start(policy, cfg)
     # The frozen-analyzer control keeps analysing with θ_0's weights.
     frozen_state = trainable_state(policy.model) if cfg.skill_source == "frozen" else None
-    # Stage 2 trains with the launch's weight layout (FSDP: sharded from here; Stage 1 and θ_0 are whole).
+    # Stage 2 trains with the launch's weight layout (FSDP: sharded from here on).
     policy.model, policy.layout = layout.prepare(policy.model), layout
     results["weight_layout"] = layout.name
     say(f"stage 2 weights: {layout.name} over {info.world_size} process(es)")
@@ -450,7 +462,7 @@ def train(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]
                     save_checkpoint(ckpts / f"iter{it:04d}", trainable, opt_state, it)
                 barrier()
     pool.close()
-    if policy.layout.sharded:
+    if policy.layout.wraps_model:
         gather_whole_policy(policy, cfg)
     if logger is not None:
         logger.close()
@@ -466,14 +478,15 @@ def train(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]
 
 
 def gather_whole_policy(policy: Policy, cfg: SeedConfig) -> None:
-    """After sharded training: every rank rebuilds the plain model and loads the full trained weights, so
-    the final evaluation and the saved folder are exactly those of a single-process run."""
+    """After training under FSDP/DeepSpeed: every rank rebuilds the plain model and loads the full trained
+    weights, so what follows (θ_0 after Stage 1; the final evaluation and saved folder after Stage 2) runs
+    exactly as on one process."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     state = get_model_state_dict(policy.model, options=StateDictOptions(full_state_dict=True))
-    torch.manual_seed(cfg.seed)
-    model, _ = load_policy(cfg.model, lora=policy.lora, dtype=cfg.dtype, device=cfg.device,
-                           freeze_vision=cfg.freeze_vision)
+    with torch.random.fork_rng(devices=[]):  # fresh LoRA matrices are drawn, then overwritten by the state
+        model, _ = load_policy(cfg.model, lora=policy.lora, dtype=cfg.dtype, device=cfg.device,
+                               freeze_vision=cfg.freeze_vision)
     model.load_state_dict(state)
     model.eval()
     policy.model, policy.layout = model, ReplicatedWeights()

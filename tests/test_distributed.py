@@ -192,8 +192,11 @@ def _same_weights(a: Path, b: Path) -> None:
 
 
 def _lora_args(out: Path, model_dir: str, skills: Path, *extra: str) -> list[str]:
-    """One LoRA iteration with a 4-task final evaluation and a saved final model."""
+    """Stage 1 on 4 demos (batches of 3: ranks get unequal shares, sometimes none), one LoRA iteration, a
+    4-task final evaluation and a saved final model."""
     base = _train_args(out, model_dir, str(skills))
+    base[base.index("--stage1-demos") + 1] = "4"
+    base += ["--stage1-epochs", "2", "--stage1-batch-size", "3"]
     base.remove("--no-lora")
     base[base.index("--no-eval-after"):base.index("--no-eval-after") + 1] = ["--eval-limit", "4"]
     base.remove("--no-save-final")
@@ -222,12 +225,18 @@ def one_process(tmp_path_factory):
 
 
 def _check_same_run(one: Path, two: Path, layout: str) -> None:
-    """Same first update, final evaluation and saved (LoRA-merged) model as the 1-process run."""
-    assert json.loads((two / "results.json").read_text())["weight_layout"] == layout
+    """Same Stage 1, first update, final evaluation and saved (LoRA-merged) model as the 1-process run."""
+    r1, r2 = (json.loads((d / "results.json").read_text()) for d in (one, two))
+    assert r2["weight_layout"] == layout
+    assert r1["stage1"]["stage1_pairs"] == r2["stage1"]["stage1_pairs"]
+    for k in ("stage1_loss_first", "stage1_loss_last"):
+        assert r1["stage1"][k] == pytest.approx(r2["stage1"][k], abs=1e-5)
+    _same_weights(one / "checkpoints" / "stage1.safetensors", two / "checkpoints" / "stage1.safetensors")
     m1 = json.loads((one / "metrics.jsonl").read_text().splitlines()[0])
     m2 = json.loads((two / "metrics.jsonl").read_text().splitlines()[0])
     assert m1["samples"] == m2["samples"] and m1["return"] == pytest.approx(m2["return"])
     assert m1["loss"] == pytest.approx(m2["loss"], abs=1e-5) and m1["grad_norm"] == pytest.approx(m2["grad_norm"], rel=1e-4)
+    assert m1["opd_tokens"] == m2["opd_tokens"] > 0  # counted over both ranks
     _same_weights(one / "checkpoints" / "iter0000" / "trainable.safetensors",
                   two / "checkpoints" / "iter0000" / "trainable.safetensors")
     e1, e2 = (json.loads((d / "eval_after.json").read_text()) for d in (one, two))
@@ -262,7 +271,8 @@ def test_accelerate_fsdp_matches_one_process_and_resumes_across_layouts(tmp_path
 def test_accelerate_fsdp_full_finetune_with_uneven_shards(tmp_path):
     """Full fine-tuning under FSDP2 with 3 groups on 2 ranks and 2-sample minibatches: one rank runs out of
     samples before the last minibatches and joins them with zero-weighted passes (no hang), and the
-    weights move."""
+    weights move. Stage 1 with 1-pair batches leaves rank 1 an empty share at every step (the same
+    zero-weighted passes), then θ_0 is gathered whole for the KL term's frozen copy."""
     from safetensors.torch import load_file
 
     from seed_train.tiny import cached_tiny_model
@@ -273,10 +283,14 @@ def test_accelerate_fsdp_full_finetune_with_uneven_shards(tmp_path):
     base = _train_args(tmp_path / "run", model_dir, str(skills))
     base[base.index("--tasks-per-iteration") + 1] = "3"
     base[base.index("--minibatch-size") + 1] = "2"
+    base[base.index("--stage1-demos") + 1] = "2"
+    base += ["--stage1-epochs", "1", "--stage1-batch-size", "1"]
     launched = _launch(LAUNCH_FSDP, base)
     assert launched.returncode == 0, launched.stderr[-3000:]
     metrics = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert metrics["samples"] == 12 and np.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
+    stage1 = json.loads((tmp_path / "run" / "results.json").read_text())["stage1"]
+    assert stage1["stage1_pairs"] > 2 and np.isfinite(stage1["stage1_loss_last"])
     trained = load_file(str(tmp_path / "run" / "checkpoints" / "iter0000" / "trainable.safetensors"))
     initial = load_file(str(Path(model_dir) / "model.safetensors"))
     moved = [k for k in initial if k in trained and not torch.equal(trained[k], initial[k])]
@@ -299,7 +313,7 @@ def test_deepspeed_settings_are_validated_by_name(monkeypatch):
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
     pytest.importorskip("deepspeed", reason="DeepSpeed is an extra: pip install 'seed-gym[deepspeed]'")
     layout = weight_layout_from_env(2)
-    assert isinstance(layout, DeepSpeedZeroWeights) and layout.lockstep and not layout.sharded
+    assert isinstance(layout, DeepSpeedZeroWeights) and layout.lockstep and layout.wraps_model
     assert type(weight_layout_from_env(1)) is ReplicatedWeights
 
 
