@@ -153,7 +153,7 @@ def sft_train(model, pairs: Sequence[SFTPair], *, lr: float, epochs: int, batch_
                                                    [p.response_ids for p in batch], batch_size=batch_size, grad=True)
                 loss = -masked_token_mean(logprobs, mask, count)
                 layout.backward(loss)
-                value = float(loss)
+                value = float(loss.detach())
             else:
                 value = 0.0
                 if layout.lockstep:

@@ -272,7 +272,8 @@ def test_accelerate_fsdp_full_finetune_with_uneven_shards(tmp_path):
     """Full fine-tuning under FSDP2 with 3 groups on 2 ranks and 2-sample minibatches: one rank runs out of
     samples before the last minibatches and joins them with zero-weighted passes (no hang), and the
     weights move. Stage 1 with 1-pair batches leaves rank 1 an empty share at every step (the same
-    zero-weighted passes), then θ_0 is gathered whole for the KL term's frozen copy."""
+    zero-weighted passes), then θ_0 is gathered whole for the KL term's frozen copy. With
+    ``fsdp_activation_checkpointing`` on."""
     from safetensors.torch import load_file
 
     from seed_train.tiny import cached_tiny_model
@@ -285,7 +286,7 @@ def test_accelerate_fsdp_full_finetune_with_uneven_shards(tmp_path):
     base[base.index("--minibatch-size") + 1] = "2"
     base[base.index("--stage1-demos") + 1] = "2"
     base += ["--stage1-epochs", "1", "--stage1-batch-size", "1"]
-    launched = _launch(LAUNCH_FSDP, base)
+    launched = _launch([*LAUNCH_FSDP, "--fsdp_activation_checkpointing", "true"], base)
     assert launched.returncode == 0, launched.stderr[-3000:]
     metrics = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert metrics["samples"] == 12 and np.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
