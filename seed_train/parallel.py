@@ -16,7 +16,7 @@ The trainer asks one object, chosen at start from the ``accelerate launch`` conf
 - ``optimizer_state`` / ``load_optimizer_state`` for checkpoints.
 
 ``lockstep``: every forward/backward of the update is a collective (FSDP2, ZeRO), so a rank whose share
-of a minibatch is empty runs a zero-weighted pass (:func:`seed_train.trainer.update_policy`).
+of a minibatch is empty runs a zero-weighted pass (``backward_no_samples``).
 ``wraps_model``: the layout hooks into the module (FSDP groups, a DeepSpeed engine's gradient hooks), so
 after Stage 1 and after Stage 2 the trainer rebuilds a plain model from the gathered weights (a LoRA merge,
 the final evaluation and the saved model then run the single-process code).
@@ -68,6 +68,16 @@ class ReplicatedWeights:
 
     def backward(self, loss: "torch.Tensor") -> None:
         loss.backward()
+
+    def backward_no_samples(self, model: "torch.nn.Module") -> None:
+        """This rank has nothing in the current step. Replicated: nothing to do (its missing gradients count
+        as zeros in the average). ``lockstep`` layouts: forward and backward are collectives, so run a
+        zero-weighted pass on one token to keep step with the other ranks."""
+        if self.lockstep:
+            from seed_train.scoring import response_logprobs
+
+            logprobs, _ = response_logprobs(model, [[0]], [[0]], grad=True)
+            self.backward(logprobs.sum() * 0.0)
 
     def step(self, optimizer: "torch.optim.Optimizer", params: list["torch.Tensor"], max_norm: float) -> float:
         """Average the gradients over ranks, clip them to ``max_norm``, step; returns the pre-clip norm."""

@@ -128,8 +128,7 @@ def sft_train(model, pairs: Sequence[SFTPair], *, lr: float, epochs: int, batch_
 
     Data parallel (several processes): every rank draws the same batches and takes its strided share
     of each; the token mean uses the whole batch's token count and ``layout``
-    (:mod:`seed_train.parallel`) averages the gradients, so the update is the single-process one. Under
-    FSDP/DeepSpeed a rank with an empty share still runs a zero-weighted pass (those are collectives).
+    (:mod:`seed_train.parallel`) averages the gradients, so the update is the single-process one.
     """
     from seed_train.distributed import dist_info, sum_over_ranks
 
@@ -144,9 +143,8 @@ def sft_train(model, pairs: Sequence[SFTPair], *, lr: float, epochs: int, batch_
         for batch_index in length_bucketed_batches([len(p.prompt_ids) + len(p.response_ids) for p in pairs],
                                                    batch_size, rng):
             batch = [pairs[i] for i in batch_index][info.rank::info.world_size]
-            tokens = sum(len(p.response_ids) for p in batch)
-            # One process: this batch's own count (the plain token mean); several: the whole batch's.
-            count = None if info.world_size == 1 else sum_over_ranks(tokens) / info.world_size
+            # The whole batch's token count over the world size (one process: this batch's count).
+            count = sum_over_ranks(sum(len(p.response_ids) for p in batch)) / info.world_size
             optimizer.zero_grad(set_to_none=True)
             if batch:
                 logprobs, mask = response_logprobs(model, [p.prompt_ids for p in batch],
@@ -156,11 +154,9 @@ def sft_train(model, pairs: Sequence[SFTPair], *, lr: float, epochs: int, batch_
                 value = float(loss.detach())
             else:
                 value = 0.0
-                if layout.lockstep:
-                    logprobs, _ = response_logprobs(model, [[0]], [[0]], grad=True)
-                    layout.backward(logprobs.sum() * 0.0)
+                layout.backward_no_samples(model)
             layout.step(optimizer, params, grad_clip)
-            losses.append(value if info.world_size == 1 else sum_over_ranks(value) / info.world_size)
+            losses.append(sum_over_ranks(value) / info.world_size)
             if progress:
                 progress(f"stage1 epoch {epoch + 1}/{epochs} step {len(losses)} loss {losses[-1]:.3f}")
     model.eval()

@@ -151,8 +151,7 @@ def update_policy(model, optimizer, samples: Sequence[StepSample], scored: dict,
     optimizer steps over its own samples, the token means use the global minibatch's token counts and
     gradients are averaged over ranks, so one minibatch covering all samples gives exactly the
     single-process update. ``layout`` (:mod:`seed_train.parallel`) runs backward and the step (gradient
-    averaging, clipping); under FSDP and DeepSpeed a rank with no share of a minibatch still runs a
-    zero-weighted forward and backward, because those are collectives there.
+    averaging, clipping), and keeps a rank with no share of a minibatch in step with the others.
     """
     tensors = response_tensors(samples) if samples else None
     device = next(model.parameters()).device
@@ -186,9 +185,7 @@ def update_policy(model, optimizer, samples: Sequence[StepSample], scored: dict,
                 layout.backward(loss)
             else:  # this rank has no samples in this minibatch: it still joins the gradient average
                 stats = {}
-                if layout.lockstep:
-                    logprobs, _ = response_logprobs(model, [[0]], [[0]], grad=True)
-                    layout.backward(logprobs.sum() * 0.0)
+                layout.backward_no_samples(model)
             stats["grad_norm"] = layout.step(optimizer, params, cfg.grad_clip)
             for k, v in stats.items():
                 sums[k] += float(v)
@@ -283,8 +280,7 @@ def fix_stage2_start(policy: Policy, cfg: SeedConfig) -> None:
     if policy.lora is not None:
         torch.manual_seed(cfg.seed + 1)
         policy.model = merge_and_restart_lora(policy.model, policy.lora)
-        policy.model.eval()
-        policy.backend.sync_weights(policy.model)
+        policy.model.eval()  # the generation backend picks it up at the next iteration's sync
     elif cfg.kl_coef > 0:
         policy.reference = frozen_copy(policy.model)
 
@@ -339,10 +335,9 @@ def seed_iteration(it: int, policy: Policy, optimizer, cfg: SeedConfig, pool: En
     jobs = shard_groups(jobs, [j.group_id for j in jobs], dist_info())
     stats = RolloutStats()
     with policy.layout.full_weights(policy.model):  # sharded weights: whole on every rank until the update
-        trajectories, skills, samples, scored, times = _play_and_score(policy, cfg, pool, jobs, rng, stats, times,
-                                                                       frozen, library)
-    env_failures = sum(bool(t.meta.get("env_failed")) for t in trajectories)
-    trajectories = [t for t in trajectories if not t.meta.get("env_failed")]
+        policy.backend.sync_weights(policy.model)  # generate from θ_k (vLLM copies the weights in here)
+        trajectories, env_failures, skills, samples, scored = _play_and_score(policy, cfg, pool, jobs, rng, stats,
+                                                                              times, frozen, library)
     # Every rank's episodes, in group order (one process: its own), for the log and the metrics.
     all_trajectories = gather_lists(trajectories)
     if writer is not None:
@@ -351,8 +346,6 @@ def seed_iteration(it: int, policy: Policy, optimizer, cfg: SeedConfig, pool: En
     t0 = time.perf_counter()
     loss_stats = update_policy(policy.model, optimizer, samples, scored, cfg, rng, policy.layout)
     times["update_s"] = time.perf_counter() - t0
-    with policy.layout.full_weights(policy.model):
-        policy.backend.sync_weights(policy.model)
     all_skills = gather_lists(skills) if (cfg.opd_coef > 0 and cfg.skill_source != "none") else []
     metrics = rollout_metrics(all_trajectories, all_skills)
     metrics.update(loss_stats)
@@ -365,8 +358,8 @@ def seed_iteration(it: int, policy: Policy, optimizer, cfg: SeedConfig, pool: En
 
 def _play_and_score(policy: Policy, cfg: SeedConfig, pool: EnvPool, jobs, rng: np.random.Generator,
                     stats: RolloutStats, times: dict[str, float], frozen: dict | None, library: dict | None):
-    """Steps 1-4: rollouts, skills, advantages, samples and their no-grad scores (all trajectories
-    returned, crashed-env ones included and marked; the samples only come from the others)."""
+    """Steps 1-4: rollouts, skills, advantages, samples and their no-grad scores. Returns the trajectories
+    (without those whose env crashed), how many crashed, and skills, samples and scores (``times`` filled)."""
     t0 = time.perf_counter()
     played = run_episodes(policy.backend, policy.tokenizer, pool, jobs, max_new_tokens=cfg.max_new_tokens,
                           temperature=cfg.temperature, top_p=cfg.top_p, seed=int(rng.integers(2**31)), stats=stats)
@@ -390,7 +383,7 @@ def _play_and_score(policy: Policy, cfg: SeedConfig, pool: EnvPool, jobs, rng: n
     record_teacher_logprobs(trajectories, samples, scored["teacher_logprobs"], policy.tokenizer)
     for t in trajectories:
         t.meta["opd_beta"] = cfg.opd_beta
-    return played, skills, samples, scored, times
+    return trajectories, len(played) - len(trajectories), skills, samples, scored
 
 
 def train(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]:
@@ -463,7 +456,9 @@ def train(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]
                 barrier()
     pool.close()
     if policy.layout.wraps_model:
-        gather_whole_policy(policy, cfg)
+        gather_whole_policy(policy, cfg)  # (syncs the generation backend)
+    else:
+        policy.backend.sync_weights(policy.model)  # the last update's weights, for the final evaluation
     if logger is not None:
         logger.close()
     if cfg.eval_after:
