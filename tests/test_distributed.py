@@ -1,4 +1,5 @@
-"""Data parallelism: 2 CPU processes (gloo; replicated weights or FSDP2 shards) give the same update as 1 process."""
+"""Data parallelism: 2 CPU processes (gloo; replicated weights, FSDP2 shards or DeepSpeed ZeRO-2) give the same
+update as 1 process."""
 from __future__ import annotations
 
 import json
@@ -77,6 +78,7 @@ def _free_port() -> int:
 
 
 def test_two_processes_match_one(tmp_path):
+    """Two spawned gloo processes, each with its own groups, give the 1-process loss and gradients."""
     import torch.multiprocessing as mp
 
     from seed_train.tiny import cached_tiny_model
@@ -101,31 +103,49 @@ def _train_args(out, model_dir: str, skills: str) -> list[str]:
             "--checkpoint-every", "1", "--no-save-final", "--output-dir", str(out)]
 
 
-@pytest.mark.slow
-def test_accelerate_launch_two_processes_match_one(tmp_path):
-    """`accelerate launch` of the real trainer on 2 CPU processes (gloo) gives the same update as 1 process."""
-    import shutil
-    import subprocess
-    import sys
+LAUNCH_FSDP = ["--use_fsdp", "--fsdp_version", "2", "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP",
+               "--fsdp_reshard_after_forward", "true"]
+LAUNCH_ZERO2 = ["--use_deepspeed", "--zero_stage", "2"]
+SKILLS = {"default": "Read both cards, add them if the sum hits the target, else multiply."}
 
-    from safetensors.torch import load_file
 
-    from seed_train.tiny import cached_tiny_model
+def _env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
+
+def _launch(layout: list[str], args: list[str]) -> subprocess.CompletedProcess:
+    """``accelerate launch`` of the trainer on 2 CPU processes with the given layout flags (``--multi_gpu``:
+    replicated weights)."""
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
     if accelerate is None:
         pytest.skip("accelerate is not installed (pip install 'seed-gym[train]')")
+    return subprocess.run([accelerate, "launch", *layout, "--num_processes", "2", "--num_machines", "1",
+                           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
+                           str(_free_port()), "-m", "seed_train", *args],
+                          env=_env(), timeout=600, capture_output=True, text=True)
+
+
+def _same_weights(a: Path, b: Path) -> None:
+    from safetensors.torch import load_file
+
+    w1, w2 = load_file(str(a)), load_file(str(b))
+    assert w1.keys() == w2.keys()
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_accelerate_launch_two_processes_match_one(tmp_path):
+    """`accelerate launch` of the real trainer on 2 CPU processes (gloo) gives the same update as 1 process."""
+    from seed_train.tiny import cached_tiny_model
+
     model_dir = str(cached_tiny_model())
     skills = tmp_path / "skills.json"
-    skills.write_text(json.dumps({"default": "Read both cards, add them if the sum hits the target, else multiply."}))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    skills.write_text(json.dumps(SKILLS))
     one, two = tmp_path / "one", tmp_path / "two"
     subprocess.run([sys.executable, "-m", "seed_train", *_train_args(one, model_dir, str(skills))], check=True,
-                   env=env, timeout=600, capture_output=True)
-    launched = subprocess.run([accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-                               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
-                               str(_free_port()), "-m", "seed_train", *_train_args(two, model_dir, str(skills))],
-                              env=env, timeout=600, capture_output=True, text=True)
+                   env=_env(), timeout=600, capture_output=True)
+    launched = _launch(["--multi_gpu"], _train_args(two, model_dir, str(skills)))
     assert launched.returncode == 0, launched.stderr[-3000:]
     m1 = json.loads((one / "metrics.jsonl").read_text().splitlines()[0])
     m2 = json.loads((two / "metrics.jsonl").read_text().splitlines()[0])
@@ -133,11 +153,8 @@ def test_accelerate_launch_two_processes_match_one(tmp_path):
     assert m1["samples"] == m2["samples"] and m1["success"] == m2["success"] and m1["return"] == pytest.approx(m2["return"])
     assert m2["opd_tokens"] > 0 and m1["skill_valid_rate"] == m2["skill_valid_rate"] == 1.0
     assert m1["loss"] == pytest.approx(m2["loss"], abs=1e-5)
-    w1 = load_file(str(one / "checkpoints" / "iter0000" / "trainable.safetensors"))
-    w2 = load_file(str(two / "checkpoints" / "iter0000" / "trainable.safetensors"))
-    assert w1.keys() == w2.keys()
-    for k in w1:
-        torch.testing.assert_close(w2[k], w1[k], atol=1e-5, rtol=1e-4)
+    _same_weights(one / "checkpoints" / "iter0000" / "trainable.safetensors",
+                  two / "checkpoints" / "iter0000" / "trainable.safetensors")
     # Only the main process wrote: one trajectory log holding every rank's episodes.
     assert len((two / "trajectories.jsonl").read_text().splitlines()) == 8
 
@@ -161,39 +178,9 @@ def test_fsdp_settings_are_honoured_or_refused_by_name(monkeypatch):
     assert type(weight_layout_from_env(1)) is ReplicatedWeights  # one process: nothing to shard
 
 
-LAUNCH_FSDP = ["--use_fsdp", "--fsdp_version", "2", "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP",
-               "--fsdp_reshard_after_forward", "true"]
-LAUNCH_ZERO2 = ["--use_deepspeed", "--zero_stage", "2"]
-SKILLS = {"default": "Read both cards, add them if the sum hits the target, else multiply."}
-
-
-def _env() -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-
-
-def _launch(layout: list[str], args: list[str]) -> subprocess.CompletedProcess:
-    """``accelerate launch`` of the trainer on 2 CPU processes with the given layout flags."""
-    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
-    if accelerate is None:
-        pytest.skip("accelerate is not installed (pip install 'seed-gym[train]')")
-    return subprocess.run([accelerate, "launch", *layout, "--num_processes", "2", "--num_machines", "1",
-                           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
-                           str(_free_port()), "-m", "seed_train", *args],
-                          env=_env(), timeout=600, capture_output=True, text=True)
-
-
-def _same_weights(a: Path, b: Path) -> None:
-    from safetensors.torch import load_file
-
-    w1, w2 = load_file(str(a)), load_file(str(b))
-    assert w1.keys() == w2.keys()
-    for k in w1:
-        torch.testing.assert_close(w2[k], w1[k], atol=1e-5, rtol=1e-4)
-
-
 def _lora_args(out: Path, model_dir: str, skills: Path, *extra: str) -> list[str]:
-    """Stage 1 on 4 demos (batches of 3: ranks get unequal shares, sometimes none), one LoRA iteration, a
-    4-task final evaluation and a saved final model."""
+    """Stage 1 on 4 demos (12 pairs in batches of 3: the ranks get unequal shares, 2 and 1), one LoRA
+    iteration, a 4-task final evaluation and a saved final model."""
     base = _train_args(out, model_dir, str(skills))
     base[base.index("--stage1-demos") + 1] = "4"
     base += ["--stage1-epochs", "2", "--stage1-batch-size", "3"]
