@@ -8,11 +8,13 @@ Plays one batch of rollouts (groups of 4), then on that same batch times:
 Every step gets a valid skill (the worst case for SEED's extra cost). The weights are restored
 before each update so all update the same model. GRPO and SEED alternate ``--repeats`` times and the
 table shows medians, so a load that comes and goes hits both alike. Prints the table and the
-SEED/GRPO ratio of the medians.
+SEED/GRPO ratio of the medians. ``--compare-plain`` adds a third arm to each round: GRPO with every
+prompt computed whole, i.e. without the shared prompt heads of the scoring passes and the update.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -23,6 +25,8 @@ from seed_train.config import SeedConfig
 from seed_train.rollout import EnvPool, RolloutStats, group_jobs, run_episodes, sample_tasks
 from seed_train.samples import build_samples, step_advantages
 from seed_train.skills import Skill
+from seed_train import trainer
+from seed_train.threads import torch_threads
 from seed_train.trainer import env_spec, load, score_samples, update_policy
 from seed_train.evaluate import panel_of
 
@@ -36,7 +40,24 @@ def main() -> None:
     p.add_argument("--episodes", type=int, default=12)
     p.add_argument("--max-new-tokens", type=int, default=8)
     p.add_argument("--repeats", type=int, default=3, help="GRPO/SEED pairs timed (medians reported)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: the trainer's policy, seed_train/threads.py)")
+    p.add_argument("--compare-plain", action="store_true",
+                   help="also time GRPO with every prompt computed whole (no shared prompt heads) in each round")
     args = p.parse_args()
+    with torch_threads(args.threads) as threads:
+        print(f"torch threads {threads.threads}; load average {os.getloadavg()}")
+        run(args)
+        print(f"load average at end {os.getloadavg()}")
+
+
+def whole_prompts(response_logprobs):
+    """``response_logprobs`` that ignores ``prefix_groups``: every prompt runs whole (the old path)."""
+    def plain(*a, prefix_groups=None, **kw):
+        return response_logprobs(*a, **kw)
+    return plain
+
+
+def run(args) -> None:
     cfg = SeedConfig(env_id=args.env, model=args.model, template="compact", history=0, action_format="plain",
                      max_new_tokens=args.max_new_tokens, minibatch_size=16, kl_coef=0.01, lr=1e-5)
     policy = load(cfg)
@@ -53,9 +74,15 @@ def main() -> None:
     import torch
 
     timings: dict[str, list[tuple[float, float]]] = {"GRPO": [], "SEED": []}
+    arms = [("GRPO", 0.0, None), ("SEED", 0.01, Skill("", SKILL))]
+    if args.compare_plain:
+        timings["GRPO whole prompts"] = []
+        arms.append(("GRPO whole prompts", 0.0, None))
     n_samples = 0
+    shared_logprobs = trainer.response_logprobs
     for _ in range(args.repeats):
-        for name, opd_coef, skill in [("GRPO", 0.0, None), ("SEED", 0.01, Skill("", SKILL))]:
+        for name, opd_coef, skill in arms:
+            trainer.response_logprobs = whole_prompts(shared_logprobs) if name.endswith("whole prompts") else shared_logprobs
             load_trainable_state(policy.model, start)
             run_cfg = SeedConfig(**{**cfg.to_dict(), "opd_coef": opd_coef})
             samples = build_samples(trajs, advantages, [skill] * len(trajs), policy.tokenizer)
@@ -76,9 +103,11 @@ def main() -> None:
     print(f"model {args.model}, env {args.env}, {len(trajs)} episodes, {rows[0][1]} step samples")
     print(f"rollout: {rollout_s:.1f}s total, generate {stats.generate_s:.1f}s, env {stats.env_s:.3f}s, "
           f"{stats.generated_tokens} tokens, {stats.generated_tokens / stats.generate_s:.1f} generated tokens/s")
-    print(f"{'update':<6} {'samples':>7} {'score s':>8} {'update s':>9} {'total s':>8}")
+    print(f"{'update':<18} {'samples':>7} {'score s':>8} {'update s':>9} {'total s':>8}")
     for name, n, score_s, update_s, total in rows:
-        print(f"{name:<6} {n:>7} {score_s:>8.2f} {update_s:>9.2f} {total:>8.2f}")
+        print(f"{name:<18} {n:>7} {score_s:>8.2f} {update_s:>9.2f} {total:>8.2f}")
+    if args.compare_plain:
+        print(f"GRPO whole prompts / GRPO shared heads (medians): {rows[2][4] / rows[0][4]:.2f}")
     print(f"SEED / GRPO time ratio (medians of {args.repeats}): {rows[1][4] / rows[0][4]:.2f}; "
           f"per pair: {', '.join(f'{(s[0] + s[1]) / (g[0] + g[1]):.2f}' for g, s in zip(timings['GRPO'], timings['SEED']))}")
 

@@ -16,7 +16,7 @@ import gymnasium as gym
 
 from seed_envs.core import INFO_KEYS, Expert, SeedEnv
 
-__all__ = ["ENV_IDS", "INFO_KEYS", "SeedEnv", "make_expert", "register_envs"]
+__all__ = ["ENV_IDS", "HINDSIGHT_RULES", "INFO_KEYS", "SeedEnv", "hindsight_rule_for", "make_expert", "register_envs"]
 __version__ = "0.1.0"
 
 #: Registered ids and the factory each one is built by (module:function, imported lazily).
@@ -27,6 +27,29 @@ ENV_IDS: dict[str, str] = {
     "seed/SearchQA-v0": "seed_envs.searchqa.env:make",
     "seed/WebShop-v0": "seed_envs.webshop.env:make",
 }
+
+#: Each env's hindsight rules (module:function, imported lazily): what its agent should learn from a
+#: finished episode (see seed_envs.hindsight). Other ids get the generic rules.
+HINDSIGHT_RULES: dict[str, str] = {
+    "seed/Sokoban-v0": "seed_envs.sokoban.hindsight:hindsight_rule",
+    "seed/EZPoints-v0": "seed_envs.ezpoints.hindsight:hindsight_rule",
+    "seed/ALFWorld-v0": "seed_envs.alfworld.hindsight:hindsight_rule",
+    "seed/SearchQA-v0": "seed_envs.searchqa.hindsight:hindsight_rule",
+    "seed/WebShop-v0": "seed_envs.webshop.hindsight:hindsight_rule",
+}
+
+
+def hindsight_rule_for(env_id: str | None):
+    """The function ``(seed_envs.hindsight.EpisodeRecord) -> HindsightRule`` of ``env_id``.
+
+    Accepts ``"seed/Sokoban-v0"`` and gymnasium's ``"seed_envs:seed/Sokoban-v0"``; any other id (or
+    None) gets :func:`seed_envs.hindsight.generic_rule`.
+    """
+    import importlib
+
+    name = (env_id or "").split(":")[-1]
+    module, _, function = HINDSIGHT_RULES.get(name, "seed_envs.hindsight:generic_rule").partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def register_envs() -> None:

@@ -11,6 +11,9 @@ Typical use::
 
     ep_adv = grpo_episode_advantages(episode_returns, episode_group_ids)        # [E]
     step_adv = ep_adv[step_episode_index]                                       # [S] (S = B samples)
+    # the paper's released code (verl-agent): penalty on the invalid step, statistics over step samples
+    scores, _ = step_scores(episode_returns, step_episode_index, step_format_error, 0.1, penalty_on="step")
+    step_adv = grpo_step_sample_advantages(scores, episode_group_ids[step_episode_index], stats_over="steps")
     # GiGPO instead:
     step_adv = gigpo_step_advantages(ep_adv[step_episode_index], step_rewards, step_episode_index,
                                      step_index, step_group_ids, step_observation_texts)
@@ -25,7 +28,13 @@ from torch import Tensor
 
 
 def group_normalize(
-    values: Tensor, group_ids: Tensor, *, normalize_std: bool = True, eps: float = 1e-6
+    values: Tensor,
+    group_ids: Tensor,
+    *,
+    normalize_std: bool = True,
+    eps: float = 1e-6,
+    stats_values: Tensor | None = None,
+    stats_group_ids: Tensor | None = None,
 ) -> Tensor:
     """Normalise ``values`` within the groups given by ``group_ids``.
 
@@ -33,23 +42,41 @@ def group_normalize(
     and ``std_g`` the *unbiased* standard deviation (``torch.std``, ddof=1, as verl / verl-agent).
     With ``normalize_std=False``: ``A_i = x_i - mean_g`` (Dr. GRPO / verl-agent ``mean_norm``).
 
-    A group of size 1 has no baseline to compare with: its ``x_i - mean_g`` is exactly 0, so its
-    advantage is 0 in both modes (its std is taken as 1 to avoid 0/0).
+    The statistics come from ``values`` itself, or, when given, from ``stats_values`` labelled by
+    ``stats_group_ids`` (e.g. one return per episode normalising one score per step); every group of
+    ``group_ids`` must then have members there.
+
+    A group whose statistics have a single member has no spread to compare with: its std is taken as
+    1 (to avoid 0/0). Without ``stats_values`` its ``x_i - mean_g`` is exactly 0, so its advantage is 0
+    in both modes.
 
     Args:
         values: ``[N]`` float values (returns).
         group_ids: ``[N]`` integer group labels (any integers, not necessarily contiguous).
+        stats_values: ``[M]`` the values the group mean/std are taken over (default: ``values``).
+        stats_group_ids: ``[M]`` their group labels.
     Returns:
         ``[N]`` normalised values, same dtype as ``values`` (float32 for integer input).
     """
     values = values if values.is_floating_point() else values.float()
-    _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
-    counts = counts.to(values.dtype)
-    sums = torch.zeros_like(counts).index_add_(0, inverse, values)
-    centered = values - (sums / counts)[inverse]
+    if (stats_values is None) != (stats_group_ids is None):
+        raise ValueError("group_normalize: give stats_values and stats_group_ids together")
+    if stats_values is None:
+        stats_values, stats_group_ids = values, group_ids
+    stats_values = stats_values.to(values.dtype)
+    # One label space for both: the first len(stats) entries define the groups' statistics.
+    labels, inverse = torch.unique(torch.cat([stats_group_ids.reshape(-1), group_ids.reshape(-1)]), return_inverse=True)
+    stats_inverse, inverse = inverse[: stats_values.numel()], inverse[stats_values.numel():]
+    counts = torch.zeros(labels.numel(), dtype=values.dtype, device=values.device).index_add_(
+        0, stats_inverse, torch.ones_like(stats_values))
+    if bool((counts[inverse] == 0).any()):
+        raise ValueError("group_normalize: a group of group_ids has no member in stats_group_ids")
+    sums = torch.zeros_like(counts).index_add_(0, stats_inverse, stats_values)
+    means = sums / counts.clamp(min=1)
+    centered = values - means[inverse]
     if not normalize_std:
         return centered
-    sq_sums = torch.zeros_like(counts).index_add_(0, inverse, centered**2)
+    sq_sums = torch.zeros_like(counts).index_add_(0, stats_inverse, (stats_values - means[stats_inverse]) ** 2)
     std = torch.where(counts > 1, (sq_sums / (counts - 1).clamp(min=1)).sqrt(), torch.ones_like(counts))
     return centered / (std[inverse] + eps)
 
@@ -64,8 +91,8 @@ def grpo_episode_advantages(
     gets advantage 0 (verl instead uses mean 0 / std 1 there, i.e. the raw return; we prefer no signal
     over an un-baselined one). Identical returns in a group give 0.
 
-    Passing per-*step* returns with per-step group ids instead reproduces verl-agent's GiGPO
-    ``compute_mean_std_cross_steps`` variant (episodes weighted by their number of steps).
+    For verl-agent's statistics over step samples (``compute_mean_std_cross_steps``) and its format
+    penalty on the invalid step, see :func:`grpo_step_sample_advantages`.
 
     Args:
         returns: ``[E]`` episode returns.
@@ -74,6 +101,84 @@ def grpo_episode_advantages(
         ``[E]`` advantages.
     """
     return group_normalize(returns, group_ids, normalize_std=normalize_std, eps=eps)
+
+
+def step_scores(
+    episode_returns: Tensor,
+    step_episode_index: Tensor,
+    step_format_error: Tensor,
+    format_penalty: float,
+    *,
+    penalty_on: str = "step",
+) -> tuple[Tensor, Tensor]:
+    """The score of every step sample, and the return of every episode, as a format penalty is charged.
+
+    ``episode_returns`` are recorded returns, which hold ``format_penalty`` once per format-error step
+    (the ``LLMActionParser`` wrapper subtracts it from that step's reward). With ``n_e`` such steps in
+    episode ``e``, its return without penalties is ``R_e + p n_e``.
+
+    - ``penalty_on="episode"``: every step of ``e`` scores ``R_e`` (the penalty lands on the whole
+      episode); the episode's return is ``R_e``.
+    - ``penalty_on="step"`` (verl-agent ``apply_invalid_action_penalty``): step ``i`` of ``e`` scores
+      ``R_e + p n_e - p [i had a format error]``; the episode's return is ``R_e + p n_e``.
+
+    Args:
+        episode_returns: ``[E]`` recorded episode returns (penalties included).
+        step_episode_index: ``[S]`` index into ``episode_returns`` of each step.
+        step_format_error: ``[S]`` bool, the step's output could not be parsed.
+        format_penalty: ``p``, the penalty the wrapper charged per format error.
+    Returns:
+        ``(scores [S], episode_values [E])``.
+    """
+    if penalty_on not in ("step", "episode"):
+        raise ValueError(f"penalty_on: expected 'step' or 'episode', got {penalty_on!r}")
+    returns = episode_returns if episode_returns.is_floating_point() else episode_returns.float()
+    if penalty_on == "episode":
+        return returns[step_episode_index], returns
+    errors = step_format_error.to(returns.dtype)
+    n_errors = torch.zeros_like(returns).index_add_(0, step_episode_index, errors)
+    clean = returns + format_penalty * n_errors
+    return clean[step_episode_index] - format_penalty * errors, clean
+
+
+def grpo_step_sample_advantages(
+    scores: Tensor,
+    step_group_ids: Tensor,
+    *,
+    stats_over: str = "steps",
+    episode_values: Tensor | None = None,
+    episode_group_ids: Tensor | None = None,
+    normalize_std: bool = True,
+    eps: float = 1e-6,
+) -> Tensor:
+    """GRPO advantage of every step sample, from its score (see :func:`step_scores`).
+
+    ``A_i = (s_i - mean) / (std + eps)`` with the group's mean and unbiased std taken over
+
+    - ``stats_over="steps"`` (verl-agent ``compute_mean_std_cross_steps=True``, its default): the step
+      samples of the group, so an episode weighs as many times as it has steps;
+    - ``stats_over="episodes"``: one value per episode of the group (``episode_values``, labelled by
+      ``episode_group_ids``), every episode once.
+
+    With scores equal to the episode return on every step and ``stats_over="episodes"`` this is
+    :func:`grpo_episode_advantages` broadcast to the steps.
+
+    Args:
+        scores: ``[S]`` per-step-sample scores.
+        step_group_ids: ``[S]`` integer group of each step.
+        episode_values: ``[E]`` per-episode values (``stats_over="episodes"`` only).
+        episode_group_ids: ``[E]`` their groups.
+    Returns:
+        ``[S]`` advantages.
+    """
+    if stats_over == "steps":
+        return group_normalize(scores, step_group_ids, normalize_std=normalize_std, eps=eps)
+    if stats_over == "episodes":
+        if episode_values is None or episode_group_ids is None:
+            raise ValueError("stats_over='episodes' needs episode_values and episode_group_ids")
+        return group_normalize(scores, step_group_ids, normalize_std=normalize_std, eps=eps,
+                               stats_values=episode_values, stats_group_ids=episode_group_ids)
+    raise ValueError(f"stats_over: expected 'steps' or 'episodes', got {stats_over!r}")
 
 
 def broadcast_to_tokens(values: Tensor, response_mask: Tensor) -> Tensor:

@@ -5,6 +5,9 @@
     seed-train train --config run.yaml --opd-coef 0          # GRPO baseline
     seed-eval --model runs/seed/final --env seed/Sokoban-v0 --split unseen --seeds 0 1 2
     seed-eval compare runs/grpo/eval_after.json runs/seed/eval_after.json --labels GRPO SEED --out runs/cmp
+    seed-eval aggregate runs/s0/eval_after.json runs/s1/eval_after.json --out runs/agg   # mean ± sd over runs
+    seed-train experiment --env-id seed/EZPoints-v0 --arms grpo sft-grpo seed seed-shuffled --seeds 0 1 2 \
+        --output-dir runs/exp --iterations 4                                             # seed_train/experiment.py
 """
 from __future__ import annotations
 
@@ -47,12 +50,28 @@ def _parser_train(sub) -> None:
     SeedConfig.add_arguments(p)
     p = sub.add_parser("quickstart", help="the main job on the embedded default model (~10 min on 2 CPU cores)")
     SeedConfig.add_arguments(p)
+    from seed_train.experiment import ARMS, DEFAULT_ARMS, DEFAULT_SPLITS
+
+    p = sub.add_parser("experiment", help="arms x training seeds on one env: one Stage 1 per seed shared by its arms, "
+                                          "evaluation before / after Stage 1 / after Stage 2, paired tests; resumable",
+                       description="Runs every (seed, arm) with the other flags as the base config; a rerun skips "
+                                   "finished units and resumes interrupted ones. --output-dir is the experiment folder "
+                                   "(default runs/experiment); --seed is replaced by --seeds.")
+    SeedConfig.add_arguments(p)
+    p.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), choices=list(ARMS), metavar="ARM",
+                   help=f"arms to run, each a named set of config overrides: {', '.join(ARMS)} "
+                        f"(default: {' '.join(DEFAULT_ARMS)}; table in docs/trainer.md)")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0], help="training seeds (default: 0)")
+    p.add_argument("--splits", nargs="+", default=list(DEFAULT_SPLITS),
+                   help=f"panels evaluated before, after Stage 1 and after Stage 2 (default: {' '.join(DEFAULT_SPLITS)})")
 
 
 def main_train(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="seed-train", description="SEED: self-evolving on-policy distillation")
     _parser_train(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
+    if args.command == "experiment":
+        return main_experiment(args)
     from seed_train.trainer import train
 
     try:
@@ -69,11 +88,44 @@ def main_train(argv: list[str] | None = None) -> int:
     except SetupError as e:  # a launch setting or checkpoint that does not fit: named, before any training
         print(f"seed-train: {e}", file=sys.stderr)
         return 2
-    if "before" in results and "after" in results:
-        b, a = results["before"]["categories"]["all"], results["after"]["categories"]["all"]
-        print(f"\n{cfg.env_id} {cfg.eval_split}: success {b['success']:.3f} -> {a['success']:.3f} "
-              f"(95% CI before [{b['ci95'][0]:.2f}, {b['ci95'][1]:.2f}], after [{a['ci95'][0]:.2f}, {a['ci95'][1]:.2f}]), "
-              f"score {b['score']:.3f} -> {a['score']:.3f}; report in {cfg.output_dir}")
+    print(stages_summary(cfg, results))
+    return 0
+
+
+def stages_summary(cfg: SeedConfig, results: dict) -> str:
+    """One line: success (95% CI) and score before -> after Stage 1 -> after Stage 2, for the evaluations run."""
+    stage1 = bool(cfg.stage1_demos or cfg.stage1_from)
+    last = "after Stage 2" if cfg.iterations else ("after Stage 1" if stage1 else "after")
+    stages = [(label, results[key]["categories"]["all"]) for key, label in
+              (("before", "before"), ("after_stage1", "after Stage 1"), ("after", last)) if key in results]
+    if not stages:
+        return f"\nno evaluation run; report in {cfg.output_dir}"
+    success = " -> ".join(f"{label} {r['success']:.3f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]" for label, r in stages)
+    score = " -> ".join(f"{r['score']:.3f}" for _, r in stages)
+    return (f"\n{cfg.env_id} {cfg.eval_split}: success (95% CI) {success}; score {score}; "
+            f"report in {cfg.output_dir}")
+
+
+def main_experiment(args) -> int:
+    """``seed-train experiment``: the base config from --config and flags, then every (seed, arm) unit."""
+    from seed_train.experiment import Experiment
+
+    if args.seed is not None:
+        print("seed-train experiment: use --seeds (training seeds), not --seed", file=sys.stderr)
+        return 2
+    try:  # every arm's config is built and validated here, before any work
+        base = SeedConfig.from_args(args)
+        out = base.output_dir if args.output_dir is not None or base.output_dir != "runs/seed" else "runs/experiment"
+        experiment = Experiment.plan(base, args.arms, args.seeds, out, splits=args.splits)
+    except ValueError as e:
+        print(f"seed-train experiment: {e}", file=sys.stderr)
+        return 2
+    try:
+        report = experiment.run()
+    except SetupError as e:
+        print(f"seed-train experiment: {e}", file=sys.stderr)
+        return 2
+    print(f"\nreport: {report['files']['markdown']}")
     return 0
 
 
@@ -96,17 +148,52 @@ def main_compare(argv: list[str]) -> int:
     return 0
 
 
+def main_aggregate(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="seed-eval aggregate",
+                                description="mean ± sd over training runs (e.g. seeds) of the same evaluation, per category")
+    p.add_argument("results", nargs="+", help="result JSON files (seed-eval's, or a run's results.json: its 'after')")
+    p.add_argument("--labels", nargs="+", default=None, help="one name per file (default: file names)")
+    p.add_argument("--out", default="runs/aggregate", help="folder for aggregate.json and aggregate.md")
+    args = p.parse_args(argv)
+    from seed_train.evaluate import aggregate_markdown, aggregate_runs
+    from seed_train.reports import load_summary, run_labels
+
+    try:
+        if args.labels is not None and len(args.labels) != len(args.results):
+            raise ValueError(f"{len(args.labels)} labels for {len(args.results)} result files")
+        summaries = [load_summary(path) for path in args.results]
+    except (ValueError, OSError) as e:
+        print(f"seed-eval aggregate: {e}", file=sys.stderr)
+        return 2
+    labels = args.labels or run_labels(args.results)
+    aggregate = aggregate_runs(summaries)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "aggregate.json").write_text(json.dumps({"runs": dict(zip(labels, args.results)), "categories": aggregate},
+                                                   indent=1))
+    md = aggregate_markdown(aggregate, labels, f"mean ± sd over {len(summaries)} runs")
+    (out / "aggregate.md").write_text(md + "\n")
+    print(md)
+    print(f"wrote {out / 'aggregate.json'} and {out / 'aggregate.md'}")
+    return 0
+
+
 def main_eval(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # A subcommand word keeps the original flag-only form (seed-eval --model ...) working unchanged.
     if argv[:1] == ["compare"]:
         return main_compare(argv[1:])
+    if argv[:1] == ["aggregate"]:
+        return main_aggregate(argv[1:])
     p = argparse.ArgumentParser(prog="seed-eval", description="evaluate a policy on a split's full panel",
-                                epilog="seed-eval compare A.json B.json [...] --out DIR: results side by side")
+                                epilog="seed-eval compare A.json B.json [...] --out DIR: results side by side; "
+                                       "seed-eval aggregate A.json B.json [...] --out DIR: mean ± sd over runs")
     p.add_argument("--model", required=True, help="local HF model folder (or smollm2-135m)")
     p.add_argument("--env", required=True, help="registered env id")
     p.add_argument("--split", default="unseen")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="evaluation seeds (sampling); several aggregate to mean ± sd")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0],
+                   help="sampling seeds; several imply --sample (greedy decoding would give every seed the same "
+                        "result) and aggregate to mean ± sd. Spread over training runs: seed-eval aggregate")
     p.add_argument("--sample", action="store_true", help="sample (temperature 1) instead of greedy decoding")
     p.add_argument("--limit", type=int, default=0, help="only the first N panel tasks")
     p.add_argument("--max-new-tokens", type=int, default=48)
@@ -115,9 +202,15 @@ def main_eval(argv: list[str] | None = None) -> int:
     p.add_argument("--env-kwargs", type=json.loads, default={})
     p.add_argument("--out", default="runs/eval", help="folder for the JSON and markdown reports")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch CPU threads; 0 = the CPUs this process may use, less those other processes keep busy")
     args = p.parse_args(argv)
+    if len(args.seeds) > 1 and not args.sample:
+        args.sample = True
+        print("seed-eval: several --seeds: sampling (temperature 1) so that the seeds differ", file=sys.stderr)
     from seed_train.evaluate import aggregate_seeds, evaluate_policy, markdown_table, write_report
     from seed_train.trainer import env_spec, load
+    from seed_train.threads import torch_threads
 
     try:
         cfg = SeedConfig(env_id=args.env, model=args.model, lora=False, eval_split=args.split, device=args.device,
@@ -128,13 +221,15 @@ def main_eval(argv: list[str] | None = None) -> int:
         print(f"seed-eval: {e}", file=sys.stderr)
         return 2
     summaries = []
-    for seed in args.seeds:
-        summary = evaluate_policy(policy.backend, policy.tokenizer, env_spec(cfg, args.split),
-                                  max_new_tokens=args.max_new_tokens, limit=args.limit, greedy=not args.sample, seed=seed,
-                                  trajectories_path=Path(args.out) / f"seed{seed}.trajectories.jsonl")
-        write_report(summary, args.out, f"eval_seed{seed}")
-        print(markdown_table(summary, f"{args.env} {args.split} seed {seed}"))
-        summaries.append(summary)
+    with torch_threads(args.threads) as threads:
+        for seed in args.seeds:
+            threads.refresh()
+            summary = evaluate_policy(policy.backend, policy.tokenizer, env_spec(cfg, args.split),
+                                      max_new_tokens=args.max_new_tokens, limit=args.limit, greedy=not args.sample,
+                                      seed=seed, trajectories_path=Path(args.out) / f"seed{seed}.trajectories.jsonl")
+            write_report(summary, args.out, f"eval_seed{seed}")
+            print(markdown_table(summary, f"{args.env} {args.split} seed {seed}"))
+            summaries.append(summary)
     if len(summaries) > 1:
         agg = aggregate_seeds(summaries)
         (Path(args.out) / "eval_seeds.json").write_text(json.dumps(agg, indent=1))

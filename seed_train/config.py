@@ -4,22 +4,36 @@ Each field's ``help`` doubles as its CLI help (``seed-train train --help``). A c
 (``--config run.yaml``) and CLI flags override it; ``__post_init__`` validates everything at start
 and names the offending field.
 
-Baselines and controls are flags, not code paths of their own:
+Baselines and controls are flags, not code paths of their own. The paper's baselines, by name
+(``BASELINES``; ``cfg.arm("GRPO")`` applies one):
 
 ============================  ============================================================
-GRPO                          ``--opd-coef 0``
-no Stage 1                    ``--stage1-demos 0``
+GRPO                          no Stage 1 + no OPD: ``--stage1-demos 0 --opd-coef 0``
+SFT+GRPO                      Stage 1 + no OPD: ``--opd-coef 0`` (``stage1_demos`` > 0)
+SEED                          Stage 1 + OPD (the defaults)
+============================  ============================================================
+
+Controls (each pinned by tests/test_skill_sources.py):
+
+============================  ============================================================
 static skill library          ``--skill-source static --static-skills FILE``
-shuffled skills (control)     ``--skill-source shuffled`` (skills permuted within a group)
-frozen analyzer               ``--skill-source frozen`` (skills from the Stage 2 start policy)
+shuffled skills               ``--skill-source shuffled`` (another episode's skill, same group)
+shuffled across tasks         ``--skill-source shuffled_tasks`` (an episode's skill of another task)
+empty skill                   ``--skill-source empty`` (the skill header with no rule)
+frozen analyzer               ``--skill-source frozen`` (θ_0 analyses, on every generation backend)
+no skills                     ``--skill-source none`` (no teacher pass)
+constant gate                 ``--opd-gate constant`` (g = 1)
 GiGPO step advantages         ``--advantage gigpo``
 ============================  ============================================================
+
+The conventions of the paper's released code (verl-agent) are the defaults: ``group_stats steps``,
+``format_penalty_on step``, ``reward_mode success``, ``dual_clip_c 3`` (docs/trainer.md).
 """
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -31,7 +45,17 @@ class SetupError(ValueError):
     exits with status 2, as it does for a bad config field.
     """
 
-SKILL_SOURCES = ("on_policy", "shuffled", "frozen", "static", "none")
+SKILL_SOURCES = ("on_policy", "shuffled", "shuffled_tasks", "frozen", "static", "empty", "none")
+OPD_GATES = ("sigmoid", "constant")
+GROUP_STATS = ("steps", "episodes")
+FORMAT_PENALTY_ON = ("step", "episode")
+REWARD_MODES = ("success", "env")
+# The paper's baselines, by name: the fields each sets (SeedConfig.arm). SFT+GRPO and SEED need Stage 1.
+BASELINES: dict[str, dict[str, Any]] = {
+    "GRPO": {"stage1_demos": 0, "stage1_from": None, "opd_coef": 0.0},
+    "SFT+GRPO": {"opd_coef": 0.0},
+    "SEED": {},
+}
 ADVANTAGES = ("grpo", "grpo_mean", "gigpo")
 ENV_BACKENDS = ("sync", "async", "ray")  # seed_train.env_backends (not imported here: config stays light)
 GENERATION_BACKENDS = ("hf", "vllm")
@@ -91,28 +115,50 @@ class SeedConfig:
     generation_backend: str = _f("hf", "rollout generation: hf (transformers generate) or vllm (extra 'vllm', GPU)")
     temperature: float = _f(1.0, "sampling temperature for rollouts")
     top_p: float = _f(1.0, "nucleus sampling for rollouts")
+    prefix_sharing: bool = _f(True, "hf generation: prompts sharing a head (a group's identical first prompts, the "
+                                    "system prompt and task line of later turns) run that head's KV once and only "
+                                    "their own tails (same tokens and log-probs; --no-prefix-sharing runs every "
+                                    "prompt whole)")
+    logprob_temperature: bool = _f(True, "log-probs of sampled tokens (old, reference, teacher and updated policy) "
+                                         "computed at the sampling temperature, as verl does; --no-logprob-temperature: "
+                                         "at T=1 (the unmodified policy)")
     # --- Stage 1 (skill SFT on expert demonstrations)
     stage1_demos: int = _f(32, "expert episodes for Stage 1; 0 skips Stage 1")
     stage1_epochs: int = _f(2, "passes over the Stage 1 data")
     stage1_lr: float = _f(2e-4, "Stage 1 learning rate")
     stage1_batch_size: int = _f(8, "Stage 1 samples per optimizer step")
     annotator_model: str | None = _f(None, "local model that writes Stage 1 skills (default: rule-based annotator)")
+    stage1_from: str | None = _f(None, "trainable weights of a finished Stage 1 (a run's checkpoints/stage1.safetensors, "
+                                       "same model and LoRA settings) to start Stage 2 from instead of running Stage 1; "
+                                       "seed-train experiment shares one Stage 1 per seed among its arms this way")
     # --- Stage 2 (GRPO + gated on-policy skill distillation)
     iterations: int = _f(10, "Stage 2 iterations (collect, analyze, update)")
     lr: float = _f(1e-6, "Stage 2 learning rate (paper: 1e-6 full fine-tuning; LoRA wants ~1e-5..1e-4)")
     ppo_epochs: int = _f(1, "passes over each iteration's samples")
     minibatch_size: int = _f(16, "samples (env steps) per optimizer step")
     clip_eps: float = _f(0.2, "PPO clip range")
+    dual_clip_c: float = _f(3.0, "dual-clip PPO: a token with negative advantage A has its loss capped at -c*A "
+                                 "(verl clip_ratio_c; the paper's code uses 3); must be > 1, 0 disables")
     kl_coef: float = _f(0.01, "KL to the reference policy (low-variance estimator); 0 disables")
     opd_coef: float = _f(0.01, "lambda_opd of the OPD term; 0 gives plain GRPO")
     opd_beta: float = _f(5.0, "beta_opd of the gate sigma(beta * delta)")
+    opd_gate: str = _f("sigmoid", "OPD gate: sigmoid (SEED, g = sigma(beta * delta)) or constant (control: g = 1, "
+                                  "plain on-policy distillation towards the skill-conditioned teacher)")
     format_penalty: float = _f(0.1, "reward penalty for an output whose action cannot be parsed")
+    format_penalty_on: str = _f("step", "who pays the format penalty: step (the paper's code: only the invalid step's "
+                                        "sample score) or episode (the episode return, so every step of the episode)")
+    group_stats: str = _f("steps", "GRPO group mean/std over the group's step samples (the paper's code: episodes "
+                                   "weighted by length) or over its episodes (one return each)")
+    reward_mode: str = _f("success", "env reward passed to every env unless env_kwargs sets it: success (SEED: 10 on "
+                                     "success, else 0) or env (the env's own reward); evaluation reports success/score either way")
     advantage: str = _f("grpo", "grpo (mean/std), grpo_mean (mean only) or gigpo (step-level)")
     gigpo_gamma: float = _f(0.95, "GiGPO discount for step-level returns")
     gigpo_omega: float = _f(1.0, "GiGPO weight of the step-level advantage")
     grad_clip: float = _f(1.0, "max gradient norm")
     # --- skills
-    skill_source: str = _f("on_policy", "on_policy, shuffled, frozen, static or none")
+    skill_source: str = _f("on_policy", "where skills come from: on_policy (θ_k analyses), shuffled (another episode's, "
+                                        "same group), shuffled_tasks (an episode's of another task), frozen (θ_0 "
+                                        "analyses), static (--static-skills file), empty (skill header, no rule) or none")
     static_skills: str | None = _f(None, "JSON file {category: skill} for --skill-source static")
     analyzer_retries: int = _f(2, "extra attempts when the analyzer's JSON does not parse")
     skill_min_words: int = _f(5, "a skill shorter than this is invalid (its tokens get no OPD term)")
@@ -123,8 +169,12 @@ class SeedConfig:
     eval_limit: int = _f(0, "evaluate only the first N panel tasks (0 = full panel)")
     eval_before: bool = _f(True, "evaluate before training")
     eval_after: bool = _f(True, "evaluate after training")
+    eval_after_stage1: bool = _f(True, "also evaluate between Stage 1 and Stage 2 (eval_after_stage1.*; only when "
+                                       "Stage 1 runs or stage1_from is set, eval_after is on and iterations > 0)")
     # --- operations
     seed: int = _f(0, "seed of everything (tasks, sampling, init)")
+    threads: int = _f(0, "torch intra-op CPU threads; 0 = the CPUs this process may use (affinity, cgroup "
+                         "quota) shared among this machine's data-parallel ranks (seed_train/threads.py)")
     output_dir: str = _f("runs/seed", "run folder: config, logs, trajectories, checkpoints, plots")
     checkpoint_every: int = _f(5, "save a checkpoint every N iterations (0: only at the end)")
     save_final: bool = _f(True, "save the trained policy (LoRA merged) to OUTPUT_DIR/final for seed-eval")
@@ -150,7 +200,7 @@ class SeedConfig:
                      "ppo_epochs", "minibatch_size", "skill_max_new_tokens"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "must be an int >= 1")
         for name in ("stage1_demos", "iterations", "analyzer_retries", "skill_min_words", "eval_limit",
-                     "checkpoint_every", "analyzer_images"):
+                     "checkpoint_every", "analyzer_images", "threads"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 0, name, "must be an int >= 0")
         need(self.freeze_vision or not self.lora, "freeze_vision",
              "a trained vision tower needs full fine-tuning (--no-lora): LoRA adapts the language part only")
@@ -159,6 +209,9 @@ class SeedConfig:
              f"must be one of {GENERATION_BACKENDS}")
         need(self.generation_backend != "vllm" or self.device.startswith("cuda"), "generation_backend",
              "vllm needs a CUDA device (set --device cuda)")
+        need(not (self.generation_backend == "vllm" and self.logprob_temperature and self.temperature != 1.0),
+             "logprob_temperature", "the vllm backend records log-probs at T=1: with --temperature other than 1 "
+             "set --no-logprob-temperature")
         need(self.temperature > 0, "temperature", "must be > 0")
         need(0 < self.top_p <= 1, "top_p", "must be in (0, 1]")
         for name in ("lr", "stage1_lr"):
@@ -169,12 +222,22 @@ class SeedConfig:
         need(0 <= self.gigpo_gamma <= 1, "gigpo_gamma", "must be in [0, 1]")
         need(self.advantage in ADVANTAGES, "advantage", f"must be one of {ADVANTAGES}")
         need(self.skill_source in SKILL_SOURCES, "skill_source", f"must be one of {SKILL_SOURCES}")
+        need(self.skill_source != "shuffled_tasks" or self.tasks_per_iteration >= 2, "skill_source",
+             "shuffled_tasks takes each episode's skill from another task: needs tasks_per_iteration >= 2")
+        need(self.opd_gate in OPD_GATES, "opd_gate", f"must be one of {OPD_GATES}")
+        need(self.group_stats in GROUP_STATS, "group_stats", f"must be one of {GROUP_STATS}")
+        need(self.format_penalty_on in FORMAT_PENALTY_ON, "format_penalty_on", f"must be one of {FORMAT_PENALTY_ON}")
+        need(self.reward_mode in REWARD_MODES, "reward_mode", f"must be one of {REWARD_MODES}")
+        need(self.dual_clip_c is None or self.dual_clip_c == 0 or self.dual_clip_c > 1, "dual_clip_c",
+             "must be > 1 (0 disables the dual clip)")
         need(self.skill_source != "static" or bool(self.static_skills), "static_skills",
              "is required with --skill-source static")
         if self.static_skills:
             need(Path(self.static_skills).is_file(), "static_skills", "file not found")
         if self.resume:
             need(Path(self.resume).is_dir(), "resume", "checkpoint folder not found")
+        if self.stage1_from:
+            need(Path(self.stage1_from).is_file(), "stage1_from", "file not found")
 
     # ------------------------------------------------------------ derived values
     def env_default(self, name: str) -> Any:
@@ -184,6 +247,19 @@ class SeedConfig:
             return value
         fallback = {"max_steps": None, "history": 2, "template": "default"}[name]
         return ENV_DEFAULTS.get(self.env_id, {}).get(name, fallback)
+
+    def arm(self, name: str) -> SeedConfig:
+        """This config as the paper's baseline ``name`` (a key of ``BASELINES``: GRPO, SFT+GRPO, SEED).
+
+        SFT+GRPO and SEED need Stage 1 (``stage1_demos`` > 0 or ``stage1_from``); a config without it
+        is refused rather than silently run as GRPO.
+        """
+        if name not in BASELINES:
+            raise ValueError(f"arm: expected one of {sorted(BASELINES)}, got {name!r}")
+        if name != "GRPO" and not (self.stage1_demos or getattr(self, "stage1_from", None)):
+            raise ValueError(f"config field 'stage1_demos': the {name} arm needs Stage 1 (got 0)")
+        known = {f.name for f in fields(self)}
+        return replace(self, **{k: v for k, v in BASELINES[name].items() if k in known})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

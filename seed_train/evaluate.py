@@ -143,6 +143,68 @@ def aggregate_seeds(summaries: Sequence[dict[str, Any]]) -> dict[str, dict[str, 
     return out
 
 
+def aggregate_runs(summaries: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Success and score per category across runs (e.g. training seeds): mean, sample sd, and each run's value.
+
+    A category missing from some runs is aggregated over the runs that have it (``runs`` says how many).
+    """
+    names = sorted({c for s in summaries for c in s["categories"] if c != "all"})
+    names += ["all"] if any("all" in s["categories"] for s in summaries) else []
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        rows = [s["categories"][name] for s in summaries if name in s["categories"]]
+        succ, score = [r["success"] for r in rows], [r["score"] for r in rows]
+        out[name] = {"success_mean": float(np.mean(succ)), "success_sd": _sd(succ),
+                     "score_mean": float(np.mean(score)), "score_sd": _sd(score), "runs": len(rows),
+                     "success_per_run": succ, "ci95_per_run": [list(r["ci95"]) for r in rows]}
+    return out
+
+
+def _sd(values: Sequence[float]) -> float:
+    """Sample standard deviation (ddof 1); 0 for a single value."""
+    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+def aggregate_markdown(aggregate: dict[str, dict[str, Any]], labels: Sequence[str] = (), title: str = "") -> str:
+    """Markdown: per category, success and score mean ± sd over runs, and each run's success with its 95% CI."""
+    lines = [f"### {title}", ""] if title else []
+    lines += ["| category | runs | success mean ± sd | score mean ± sd | per run: success [95% CI] |",
+              "|---|---:|---|---|---|"]
+    for name, r in aggregate.items():
+        per_run = "; ".join(f"{lab + ' ' if lab else ''}{v:.3f} [{lo:.2f}, {hi:.2f}]" for lab, v, (lo, hi) in
+                            zip(list(labels) or [""] * r["runs"], r["success_per_run"], r["ci95_per_run"]))
+        lines.append(f"| {name} | {r['runs']} | {r['success_mean']:.3f} ± {r['success_sd']:.3f} "
+                     f"| {r['score_mean']:.3f} ± {r['score_sd']:.3f} | {per_run} |")
+    return "\n".join(lines)
+
+
+def mcnemar_exact(a_only: int, b_only: int) -> float:
+    """Two-sided exact McNemar test: the binomial(n = a_only + b_only, 1/2) p-value of the discordant pairs.
+
+    ``a_only``: pairs where only A succeeded; ``b_only``: only B. Concordant pairs carry no information
+    about the difference. p = min(1, 2 * P[X <= min(a_only, b_only)]), X ~ Bin(n, 1/2); 1 when n = 0.
+    Integer arithmetic (math.comb), so large n neither overflows nor underflows before the division.
+    """
+    if a_only < 0 or b_only < 0:
+        raise ValueError(f"discordant counts must be >= 0; got {a_only}, {b_only}")
+    n = a_only + b_only
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(a_only, b_only) + 1))
+    return min(1.0, 2 * tail / 2**n)
+
+
+def paired_test(a: dict[Any, bool], b: dict[Any, bool]) -> dict[str, Any]:
+    """Per-task outcomes of two policies paired by key (e.g. (training seed, task_id)): the 2x2 counts
+    over the shared keys and the exact McNemar p-value."""
+    keys = sorted(set(a) & set(b), key=str)
+    both = sum(bool(a[k]) and bool(b[k]) for k in keys)
+    a_only = sum(bool(a[k]) and not b[k] for k in keys)
+    b_only = sum(bool(b[k]) and not a[k] for k in keys)
+    return {"pairs": len(keys), "both": both, "a_only": a_only, "b_only": b_only,
+            "neither": len(keys) - both - a_only - b_only, "p_value": mcnemar_exact(a_only, b_only)}
+
+
 def write_report(summary: dict[str, Any], out_dir: str | Path, name: str = "eval") -> tuple[Path, Path, Path]:
     """``<name>.json``, ``<name>.md`` (table by category) and ``<name>.png`` (success by category, 95% CI)."""
     from seed_train.reports import success_chart

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 # Always drawn (a panel says so when its metric is not logged: GRPO has no OPD term, kl_coef 0 no KL) ...
-CURVES = ("success", "return", "kl", "opd_term", "mean_gate", "gate_adv_cov")
+CURVES = ("success", "return", "kl", "opd_term", "mean_gate", "gate_adv_cov_context")
 # ... and drawn when present.
 EXTRA_CURVES = ("score", "format_error_rate", "skill_valid_rate", "loss")
 TITLES = {"success": "success rate", "return": "episode return", "kl": "KL to reference", "opd_term": "OPD term",
-          "mean_gate": "mean gate", "gate_adv_cov": "Cov(gate, advantage)", "score": "score",
+          "mean_gate": "mean gate", "gate_adv_cov_context": "Cov(gate, advantage) within context", "score": "score",
           "format_error_rate": "format-error rate", "skill_valid_rate": "valid-skill rate", "loss": "total loss"}
 PANELS_PER_ROW = 4
 

@@ -76,6 +76,12 @@ class RolloutStats:
     env_s: float = 0.0
     generated_tokens: int = 0
     turns: int = 0
+    # Prompt tokens of the generate calls, and the prompt positions the backend actually ran through the
+    # model (padding included; fewer than the prompt tokens with prefix sharing). 0 for a backend that
+    # does not count them (``HFGenerateBackend.prefill_tokens``).
+    prompt_tokens: int = 0
+    prefill_tokens: int = 0
+    generate_calls: int = 0
 
 
 def group_jobs(task_ids: Sequence[str], group_size: int, *, base_seed: int, prefix: str, meta: dict | None = None) -> list[EpisodeJob]:
@@ -170,10 +176,14 @@ def run_episodes(
         else:
             prompts = [encode_prompt(tokenizer, prompts_text[i]) for i in active]
         t0 = time.perf_counter()
+        prefilled = getattr(backend, "prefill_tokens", 0)
         generations = backend.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature,
                                        top_p=top_p, greedy=greedy,
                                        row_seeds=[jobs[i].sampling_seed(seed, turn) for i in active])
         stats.generate_s += time.perf_counter() - t0
+        stats.prefill_tokens += getattr(backend, "prefill_tokens", 0) - prefilled
+        stats.prompt_tokens += sum(len(p) for p in prompts)
+        stats.generate_calls += 1
         stats.generated_tokens += sum(len(g.response_token_ids) for g in generations)
         actions: list[str] = [""] * size  # idle slots ignore theirs
         for i, gen in zip(active, generations):

@@ -1,9 +1,10 @@
 """From trajectories to training samples: one sample per env step (as in verl-agent).
 
 A step's sample is its own recorded prompt ids and sampled response ids (never re-tokenized), the
-log-probs recorded at sampling time (PPO's old log-probs), the advantage of its episode (or its
-GiGPO step advantage), and, when its episode has a valid skill, the ids of the skill-augmented
-prompt the teacher pass scores the same response under.
+log-probs recorded at sampling time (PPO's old log-probs), its advantage (:func:`step_advantages`:
+its episode's group-normalised score, with the conventions of verl-agent as options, or GiGPO's),
+and, when its episode has a valid skill, the ids of the skill-augmented prompt the teacher pass
+scores the same response under.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from seed_train.advantages import gigpo_step_advantages, grpo_episode_advantages
+from seed_train.advantages import gigpo_step_advantages, grpo_step_sample_advantages, step_scores
 from seed_train.policy import encode_prompt
 from seed_train.skills import Skill, skill_augmented_prompt
 from seed_train.vision import image_key, step_images, vision_of, with_vision
@@ -28,6 +29,7 @@ class StepSample:
     teacher_prompt_ids: list[int] | None  # None: no valid skill, no OPD term for these tokens
     episode: int  # index of the trajectory in its batch
     step: int = 0  # index of the step in its trajectory's steps
+    group: int = 0  # index of the trajectory's GRPO group in its batch (with ``step``: the sample's context)
 
 
 def episode_group_index(trajectories: Sequence[Trajectory]) -> torch.Tensor:
@@ -35,28 +37,56 @@ def episode_group_index(trajectories: Sequence[Trajectory]) -> torch.Tensor:
     return torch.tensor([ids[t.group_id or t.episode_id] for t in trajectories])
 
 
+GROUP_STATS = ("steps", "episodes")
+FORMAT_PENALTY_ON = ("step", "episode")
+
+
 def step_advantages(trajectories: Sequence[Trajectory], *, method: str = "grpo", gamma: float = 0.95,
-                    omega: float = 1.0) -> list[list[float]]:
+                    omega: float = 1.0, group_stats: str = "episodes", format_penalty_on: str = "episode",
+                    format_penalty: float | None = None) -> list[list[float]]:
     """Per-step advantages of each trajectory.
 
-    ``grpo``: group-normalised episode return (mean/std) on every step; ``grpo_mean``: mean only;
-    ``gigpo``: that plus ``omega`` times GiGPO's step-level advantage over identical observations.
+    ``grpo``: group-normalised score (mean/std) on every step; ``grpo_mean``: mean only; ``gigpo``: that
+    plus ``omega`` times GiGPO's step-level advantage over identical observations (whose step rewards
+    are the recorded ones: the format penalty on the invalid step, as verl-agent's ``step_rewards``).
+
+    The conventions of the paper's released code (verl-agent), the trainer's defaults for SEED runs:
+
+    - ``format_penalty_on="step"``: a step's score is its episode's return without format penalties,
+      minus ``format_penalty`` if that step had a format error; ``"episode"``: the recorded return, in
+      which the wrapper's penalties land on every step of the episode
+      (:func:`seed_train.advantages.step_scores`). ``"step"`` needs ``format_penalty``: the penalty the
+      env's ``LLMActionParser`` charged per format error (the config's ``format_penalty``).
+    - ``group_stats="steps"``: the group mean/std over the step samples of the group (episodes weighted
+      by their length); ``"episodes"``: over one return per episode (as charged by
+      ``format_penalty_on``) (:func:`seed_train.advantages.grpo_step_sample_advantages`).
+
+    The defaults here (``episodes`` / ``episode``) are plain GRPO on episode returns broadcast to the steps.
     """
+    if group_stats not in GROUP_STATS:
+        raise ValueError(f"group_stats: expected one of {GROUP_STATS}, got {group_stats!r}")
+    if format_penalty_on not in FORMAT_PENALTY_ON:
+        raise ValueError(f"format_penalty_on: expected one of {FORMAT_PENALTY_ON}, got {format_penalty_on!r}")
+    if format_penalty_on == "step" and format_penalty is None:
+        raise ValueError("format_penalty_on='step' needs format_penalty (the penalty the wrapper charged)")
     groups = episode_group_index(trajectories)
     returns = torch.tensor([t.return_ for t in trajectories], dtype=torch.float64)
-    episode_adv = grpo_episode_advantages(returns, groups, normalize_std=method != "grpo_mean")
-    if method != "gigpo":
-        return [[float(episode_adv[e])] * t.length for e, t in enumerate(trajectories)]
-    episode_index = torch.tensor([e for e, t in enumerate(trajectories) for _ in t.steps])
-    step_index = torch.tensor([s.index for t in trajectories for s in t.steps])
-    rewards = torch.tensor([s.reward for t in trajectories for s in t.steps], dtype=torch.float64)
-    adv = gigpo_step_advantages(episode_adv[episode_index], rewards, episode_index, step_index,
-                                groups[episode_index], [_state_key(s) for t in trajectories for s in t.steps],
-                                gamma=gamma, omega=omega)
+    episode_index = torch.tensor([e for e, t in enumerate(trajectories) for _ in t.steps], dtype=torch.long)
+    errors = torch.tensor([s.format_error for t in trajectories for s in t.steps], dtype=torch.bool)
+    scores, episode_values = step_scores(returns, episode_index, errors, format_penalty or 0.0,
+                                         penalty_on=format_penalty_on)
+    adv = grpo_step_sample_advantages(scores, groups[episode_index], stats_over=group_stats,
+                                      episode_values=episode_values, episode_group_ids=groups,
+                                      normalize_std=method != "grpo_mean")
+    if method == "gigpo":
+        step_index = torch.tensor([s.index for t in trajectories for s in t.steps])
+        rewards = torch.tensor([s.reward for t in trajectories for s in t.steps], dtype=torch.float64)
+        adv = gigpo_step_advantages(adv, rewards, episode_index, step_index, groups[episode_index],
+                                    [_state_key(s) for t in trajectories for s in t.steps], gamma=gamma, omega=omega)
     out, k = [], 0
     for t in trajectories:
-        out.append([float(a) for a in adv[k:k + t.length]])
-        k += t.length
+        out.append([float(a) for a in adv[k:k + len(t.steps)]])
+        k += len(t.steps)
     return out
 
 
@@ -75,6 +105,7 @@ def build_samples(trajectories: Sequence[Trajectory], advantages: Sequence[Seque
     text; the image stays), so every scoring pass sees the pixels the rollout saw.
     """
     samples = []
+    groups = episode_group_index(trajectories).tolist() if trajectories else []
     for e, (t, advs, skill) in enumerate(zip(trajectories, advantages, skills)):
         for k, (step, adv) in enumerate(zip(t.steps, advs)):
             if not step.response_token_ids:
@@ -85,7 +116,7 @@ def build_samples(trajectories: Sequence[Trajectory], advantages: Sequence[Seque
                 teacher = encode_prompt(tokenizer, skill_augmented_prompt(step.prompt_parts, skill.text), images=images)
             prompt = with_vision(tokenizer, step.prompt_token_ids, images, vision_of(teacher))
             samples.append(StepSample(prompt, list(step.response_token_ids),
-                                      list(step.response_logprobs), float(adv), teacher, e, k))
+                                      list(step.response_logprobs), float(adv), teacher, e, k, groups[e]))
     return samples
 
 

@@ -32,7 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 
 def _micro_batch_logprobs(
-    model: Any, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], device: "torch.device"
+    model: Any, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], device: "torch.device",
+    temperature: float = 1.0,
 ) -> "torch.Tensor":
     """[b, T] log-probs (T = longest response here), zeros at padding."""
     import torch
@@ -67,7 +68,7 @@ def _micro_batch_logprobs(
         # The last t_len + 1 positions are P-1 .. P+T-1; the very last predicts past the sequence.
         logits_to_keep=t_len + 1,
     )
-    logits = out.logits[:, :-1, :].float()
+    logits = out.logits[:, :-1, :].float() / temperature
     targets = input_ids[:, p_len:]
     # log_softmax(x)[y] = x[y] - logsumexp(x): avoids materialising a second [b, T, V] tensor.
     logprobs = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
@@ -90,28 +91,133 @@ def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
     return n
 
 
+def auto_prefix_groups(prompts: Sequence[Sequence[int]], min_shared: int = MIN_SHARED_PREFIX) -> list[int]:
+    """One group key per row, grouping rows whose prompts share a head worth computing once.
+
+    Without a caller's grouping (e.g. a batch of rollout prompts: a GRPO group's prompts are identical
+    at the first turn and share the system prompt and task line later; other groups share less), rows
+    are sorted by their token ids, so the longest common prefix of any run of neighbours is the
+    minimum of the neighbours' pairwise ones, and the runs are cut to maximise the prompt tokens not
+    recomputed, ``(rows - 1) * head`` summed over groups (one level: a row belongs to one group).
+    A head leaves every row at least one token of its own (see :func:`shared_head_groups`) and is at
+    least ``min_shared`` tokens; rows that share less get a key of their own.
+    """
+    n = len(prompts)
+    order = sorted(range(n), key=lambda i: tuple(prompts[i]))
+    # Shareable prefix of neighbours j, j+1 in sorted order (each keeps one token of its own).
+    links = [min(common_prefix_length([prompts[a], prompts[b]]), len(prompts[a]) - 1, len(prompts[b]) - 1)
+             for a, b in zip(order, order[1:])]
+    keys = list(range(n))  # singletons by default
+
+    def best(lo: int, hi: int, depth: int = 0) -> tuple[int, list[tuple[int, int]]]:
+        """(saved tokens, runs [lo, hi] of sorted positions to group) for sorted positions lo..hi."""
+        if lo == hi:
+            return 0, []
+        m = min(links[lo:hi])
+        whole = (hi - lo) * m if m >= min_shared else 0
+        if depth >= 32 and whole > 0:  # deeply nested prefixes: stop refining (bounded recursion)
+            return whole, [(lo, hi)]
+        # The alternative: cut at the weakest links and group each side on its own (longer heads).
+        saved, runs, start = 0, [], lo
+        for j in range(lo, hi + 1):
+            if j == hi or links[j] == m:
+                sub_saved, sub_runs = best(start, j, depth + 1)
+                saved, runs = saved + sub_saved, runs + sub_runs
+                start = j + 1
+        if whole >= saved and whole > 0:
+            return whole, [(lo, hi)]
+        return saved, runs
+
+    # Iterative over the top-level cuts (links below min_shared never join a group): keeps recursion shallow.
+    start = 0
+    for j in range(n):
+        if j == n - 1 or links[j] < min_shared:
+            if j > start:
+                for lo, hi in best(start, j)[1]:
+                    for pos in range(lo, hi + 1):
+                        keys[order[pos]] = order[lo]
+            start = j + 1
+    return keys
+
+
+def shared_head_groups(prompts: Sequence[Sequence[int]], keys: Sequence[Any],
+                       min_shared: int = MIN_SHARED_PREFIX) -> tuple[list[tuple[int, list[int]]], list[int]]:
+    """Split rows by group key into ``(head length, rows)`` groups that share a head, and the other rows.
+
+    A group's head is its rows' longest common prefix, cut so that every row keeps at least one
+    token of its own (the position that predicts the first response token is computed per row); a
+    group of one row, or one whose head is shorter than ``min_shared``, goes to the other rows.
+    """
+    members: dict[Any, list[int]] = {}
+    for i, key in enumerate(keys):
+        members.setdefault(key, []).append(i)
+    shared, alone = [], []
+    for rows in members.values():
+        head = min(common_prefix_length([prompts[i] for i in rows]), min(len(prompts[i]) for i in rows) - 1)
+        if len(rows) > 1 and head >= min_shared:
+            shared.append((head, rows))
+        else:
+            alone.extend(rows)
+    return shared, alone
+
+
+def cache_argument(model_output: Any) -> str:
+    """The keyword the model takes its KV cache under: transformers 5.2x renamed ``past_key_values`` to
+    ``cache``, and the output class tells which one this version uses."""
+    return "cache" if hasattr(model_output, "cache") else "past_key_values"
+
+
+def cache_layers(cache: Any) -> list[tuple["torch.Tensor", "torch.Tensor"]] | None:
+    """Per-layer ``(keys, values)`` ``[batch, kv_heads, length, head_dim]`` of a plain dynamic cache, or
+    None for any other kind (sliding-window, linear-attention or quantized layers): those cannot be
+    sliced and rebuilt as plain tensors, so callers fall back to running the whole prompt."""
+    from transformers import DynamicCache
+
+    if type(cache) is not DynamicCache:
+        return None
+    if hasattr(cache, "layers"):
+        from transformers.cache_utils import DynamicLayer
+
+        if not all(type(layer) is DynamicLayer for layer in cache.layers):
+            return None
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache))  # older DynamicCache
+
+
+def make_cache(layers: Sequence[tuple["torch.Tensor", "torch.Tensor"]]) -> Any:
+    """A DynamicCache holding ``layers`` (per-layer keys and values); new tokens are concatenated onto
+    them, so a broadcast view (``expand``) is never written to."""
+    from transformers import DynamicCache
+
+    return DynamicCache(ddp_cache_data=[(k, v) for k, v in layers])
+
+
+def prefill_head(model: Any, head: Sequence[int], device: "torch.device") -> tuple[list[tuple["torch.Tensor", "torch.Tensor"]] | None, str]:
+    """Run ``head`` (one row, no padding) through ``model`` once; returns its per-layer KV (None when the
+    model's cache is not a plain dynamic one, see :func:`cache_layers`) and the cache keyword."""
+    import torch
+
+    head_ids = torch.as_tensor([list(head)], dtype=torch.long, device=device)
+    out = model(input_ids=head_ids, use_cache=True, logits_to_keep=1)
+    name = cache_argument(out)
+    return cache_layers(getattr(out, name)), name
+
+
 def _shared_prefix_logprobs(
     model: Any, head: Sequence[int], tails: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
-    device: "torch.device", batch_size: int,
-) -> list["torch.Tensor"]:
+    device: "torch.device", batch_size: int, temperature: float = 1.0,
+) -> list["torch.Tensor"] | None:
     """Per-row [T_i] log-probs of responses after ``head + tail_i``, running ``head`` once.
 
     The head's KV cache is computed once and broadcast (a view, then concatenated by the cache) to
     every micro-batch of tails; each tail must be non-empty so the first response token is predicted
-    from a position computed here.
+    from a position computed here. None when the model's cache cannot be shared (:func:`cache_layers`).
     """
     import torch
-    from transformers import DynamicCache
 
-    head_ids = torch.as_tensor([list(head)], dtype=torch.long, device=device)
-    out = model(input_ids=head_ids, use_cache=True, logits_to_keep=1)
-    # transformers 5.2x renamed past_key_values to cache; the output class tells which one this is.
-    cache_kwarg = "cache" if hasattr(out, "cache") else "past_key_values"
-    kv = getattr(out, cache_kwarg)
-    if hasattr(kv, "layers"):
-        head_kv = [(layer.keys, layer.values) for layer in kv.layers]
-    else:  # older DynamicCache
-        head_kv = list(zip(kv.key_cache, kv.value_cache))
+    head_kv, cache_kwarg = prefill_head(model, head, device)
+    if head_kv is None:
+        return None
     h = len(head)
     results: list[torch.Tensor] = []
     for s in range(0, len(tails), batch_size):
@@ -130,9 +236,9 @@ def _shared_prefix_logprobs(
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)[:, h:]
         new_ids, mask, position_ids = (x.to(device) for x in (new_ids, mask, position_ids))
         # expand() is a view; the cache concatenates the new keys onto it, so the head is never written.
-        cache = DynamicCache(ddp_cache_data=[(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1)) for k, v in head_kv])
+        cache = make_cache([(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1)) for k, v in head_kv])
         logits = model(input_ids=new_ids, attention_mask=mask, position_ids=position_ids, use_cache=True,
-                       logits_to_keep=t_len + 1, **{cache_kwarg: cache}).logits[:, :-1, :].float()
+                       logits_to_keep=t_len + 1, **{cache_kwarg: cache}).logits[:, :-1, :].float() / temperature
         targets = new_ids[:, s_len:]
         logprobs = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
         for i, response in enumerate(resp_chunk):
@@ -148,8 +254,9 @@ def response_logprobs(
     batch_size: int = 8,
     grad: bool = False,
     prefix_groups: Sequence[Any] | None = None,
+    temperature: float = 1.0,
 ) -> tuple["torch.Tensor", "torch.Tensor"]:
-    """``log π(response_t | prompt, response_<t)`` for every response token.
+    """``log π(response_t | prompt, response_<t)`` for every response token, at ``temperature``.
 
     Returns ``(logprobs, mask)``, both float32 ``[B, T]`` on the model's device, right-padded to the
     longest response (``T``); ``mask`` is 1.0 at real response tokens and 0.0 at padding, where
@@ -160,6 +267,11 @@ def response_logprobs(
     as targets). With ``grad=True`` all micro-batches' graphs stay alive until backward: for large
     batches call this once per optimiser micro-batch instead of raising ``batch_size``. The caller
     owns train/eval mode (dropout).
+
+    ``temperature``: log-probs of ``softmax(logits / temperature)``. Re-scoring sampled tokens must use
+    the convention their recorded log-probs were computed with (see
+    :class:`seed_train.generation.Generation`): the sampling temperature (as verl computes
+    ``old_log_prob``), or 1.0 for the unmodified policy; supervised targets (Stage 1 SFT) use 1.0.
 
     ``prefix_groups`` (one hashable key per row, e.g. the episode index) lets rows with the same key
     share one forward pass over their longest common prompt prefix (see the module docstring); rows
@@ -178,6 +290,8 @@ def response_logprobs(
         raise ValueError(f"prompts and responses differ in length: {len(prompts)} vs {len(responses)}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1; got {batch_size}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0; got {temperature}")
     for i, prompt in enumerate(prompts):
         if len(prompt) == 0:
             raise ValueError(f"prompts[{i}] is empty; the first response token needs a prompt token before it")
@@ -196,31 +310,25 @@ def response_logprobs(
         prefix_groups = None
     plain, shared = list(range(n)), []
     if prefix_groups is not None:
-        members: dict[Any, list[int]] = {}
-        for i, key in enumerate(prefix_groups):
-            members.setdefault(key, []).append(i)
-        plain = []
-        for rows in members.values():
-            # Keep at least one tail token per row: it predicts the first response token.
-            head = min(common_prefix_length([prompts[i] for i in rows]), min(len(prompts[i]) for i in rows) - 1)
-            if len(rows) > 1 and head >= MIN_SHARED_PREFIX:
-                shared.append((head, rows))
-            else:
-                plain.extend(rows)
+        shared, plain = shared_head_groups(prompts, prefix_groups)
 
     pieces: list[tuple[list[int], torch.Tensor]] = []  # (row indices, [rows, t_len] log-probs)
     with torch.set_grad_enabled(grad):
+        for head, rows in shared:
+            rows = sorted(rows, key=lambda i: (len(prompts[i]) + len(responses[i]), i))
+            per_row = _shared_prefix_logprobs(model, prompts[rows[0]][:head], [prompts[i][head:] for i in rows],
+                                              [responses[i] for i in rows], device, batch_size, temperature)
+            if per_row is None:  # a cache that cannot be shared (sliding-window layers...): score them whole
+                plain.extend(rows)
+                continue
+            pieces.append((rows, torch.stack([F.pad(lp, (0, t_len - lp.shape[0])) for lp in per_row])))
         # Group similar total lengths into the same micro-batch to waste less compute on padding.
         plain.sort(key=lambda i: (len(prompts[i]) + len(responses[i]), i))
         for s in range(0, len(plain), batch_size):
             idx = plain[s:s + batch_size]
-            lp = _micro_batch_logprobs(model, [prompts[i] for i in idx], [responses[i] for i in idx], device)
+            lp = _micro_batch_logprobs(model, [prompts[i] for i in idx], [responses[i] for i in idx], device,
+                                       temperature)
             pieces.append((idx, F.pad(lp, (0, t_len - lp.shape[1]))))
-        for head, rows in shared:
-            rows = sorted(rows, key=lambda i: (len(prompts[i]) + len(responses[i]), i))
-            per_row = _shared_prefix_logprobs(model, prompts[rows[0]][:head], [prompts[i][head:] for i in rows],
-                                              [responses[i] for i in rows], device, batch_size)
-            pieces.append((rows, torch.stack([F.pad(lp, (0, t_len - lp.shape[0])) for lp in per_row])))
         order = [i for idx, _ in pieces for i in idx]
         stacked = torch.cat([lp for _, lp in pieces], dim=0)
         inverse = torch.empty(n, dtype=torch.long)

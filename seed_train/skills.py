@@ -12,11 +12,12 @@ with an "Episode-Level Skill" block right after the task line, so nothing is re-
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
+from seed_envs import hindsight_rule_for
+from seed_envs.hindsight import EpisodeRecord
 from wrappers import Trajectory, parse_action, render_prompt
 
 SKILL_HEADER = "Episode-Level Skill:"
@@ -46,7 +47,9 @@ def analyzer_prompt(trajectory: Trajectory, image_placeholder: str | None = None
     before the observation text of every shown step that had an image.
     """
     outcome = "SUCCESS" if trajectory.success else "FAILURE"
-    kind = ("a workflow rule: the steps that made it work, to repeat next time" if trajectory.success
+    # Rules for the task's category, not a replay: Stage 1 teaches this same prompt (seed_train.stage1),
+    # with targets that never list the episode's actions or values.
+    kind = ("a workflow rule: how to solve this kind of task, to repeat next time" if trajectory.success
             else "an avoidance rule: the mistake that made it fail and what to do instead")
     shown = trajectory.steps[-_STEPS_SHOWN:]
     lines = [
@@ -61,7 +64,7 @@ def analyzer_prompt(trajectory: Trajectory, image_placeholder: str | None = None
         image = f"{image_placeholder} " if image_placeholder is not None and s.image is not None else ""
         lines.append(f"Step {s.index + 1}: saw: {image}{_clip(s.observation, _OBS_CHARS)} | did: {_clip(s.action, _RESPONSE_CHARS)}{flag}")
     lines += [
-        f"Write {kind}. Keep it short, general and addressed to the agent.",
+        f"Write {kind}. Keep it short, general and addressed to the agent; do not list this episode's actions.",
         'Answer with JSON only: {"episode_summary": "...", "episode_skill": "..."}',
     ]
     return "\n".join(lines)
@@ -80,7 +83,8 @@ def parse_skill(text: str, min_words: int = 5) -> Skill | None:
 
 
 def skill_block(skill: str) -> str:
-    return f"{SKILL_HEADER}\n{skill}"
+    """The block inserted after the task line; an empty skill (the ``empty`` control) is the header alone."""
+    return f"{SKILL_HEADER}\n{skill}" if skill else SKILL_HEADER
 
 
 def skill_augmented_prompt(prompt_parts: dict, skill: str) -> str:
@@ -88,44 +92,30 @@ def skill_augmented_prompt(prompt_parts: dict, skill: str) -> str:
     return render_prompt(prompt_parts, insert_after_task=skill_block(skill))
 
 
+def episode_record(trajectory: Trajectory) -> EpisodeRecord:
+    """The trajectory as the plain data an env's hindsight rules read (``seed_envs.hindsight``)."""
+    steps = trajectory.steps
+    return EpisodeRecord(
+        task=trajectory.task, category=trajectory.category, success=trajectory.success,
+        actions=[s.action for s in steps], observations=[s.observation for s in steps],
+        invalid=[bool(s.invalid_action or s.format_error) for s in steps],
+        expert_actions=[s.info.get("expert_action") if isinstance(s.info, dict) else None for s in steps],
+        final_observation=str(trajectory.meta.get("final_observation", "")),
+        truncated=bool(steps and steps[-1].truncated), task_id=trajectory.task_id, score=trajectory.score)
+
+
 def rule_based_skill(trajectory: Trajectory) -> Skill:
-    """A skill written from the trajectory alone, for Stage 1 when no annotator model is given.
+    """A skill written from the trajectory and its env's knowledge, for Stage 1 when no annotator model
+    is given.
 
-    Success: the action sequence that worked, compressed (repeats collapsed). Failure: the invalid
-    or repeated actions, and, when the steps carry the expert's suggestion (``info["expert_action"]``),
-    the first step where the agent left the expert's plan.
+    The env of ``trajectory.env_id`` supplies the rule (:func:`seed_envs.hindsight_rule_for`; the
+    generic rules for any other env): after a success the workflow that works for the task's
+    category, after a failure the mistake that lost it and what to do instead. Rules are reusable:
+    never the episode's own action list or task-specific values, and short enough that the JSON fits
+    the analyzer's token budget.
     """
-    actions = [s.action for s in trajectory.steps]
-    if trajectory.success:
-        return Skill(summary=f"Solved in {len(actions)} steps.",
-                     text=f"A plan that works for this kind of task: {_compress(actions)}.")
-    problems = []
-    invalid = [s.action for s in trajectory.steps if s.invalid_action or s.format_error]
-    if invalid:
-        problems.append(f"{len(invalid)} actions were invalid (e.g. {_clip(invalid[0], 40)!r}); use only admissible actions in the required format")
-    for s in trajectory.steps:
-        expert = s.info.get("expert_action") if isinstance(s.info, dict) else None
-        if expert and expert != s.action:
-            problems.append(f"at step {s.index + 1} the agent chose {_clip(s.action, 40)!r} where {_clip(str(expert), 40)!r} was right")
-            break
-    repeats = [a for a, n in Counter(actions).items() if n >= 3]
-    if repeats and not trajectory.success:
-        problems.append(f"repeating {_clip(repeats[0], 30)!r} did not help")
-    if not problems:
-        problems.append("the plan did not reach the goal in time; plan the shortest route to the goal before acting")
-    return Skill(summary=f"Failed after {len(actions)} steps.", text="Avoid this: " + "; ".join(problems) + ".")
-
-
-def _compress(actions: list[str], limit: int = 12) -> str:
-    """'up, up, left' -> 'up x2, left'; long plans are cut with '...'."""
-    runs: list[list] = []
-    for a in actions:
-        if runs and runs[-1][0] == a:
-            runs[-1][1] += 1
-        else:
-            runs.append([a, 1])
-    parts = [f"{a} x{n}" if n > 1 else a for a, n in runs]
-    return ", ".join(parts[:limit]) + (", ..." if len(parts) > limit else "")
+    found = hindsight_rule_for(trajectory.env_id)(episode_record(trajectory))
+    return Skill(summary=found.summary, text=found.rule)
 
 
 def shuffle_within_groups(skills: list[Skill | None], group_ids: list[str], rng: np.random.Generator) -> list[Skill | None]:

@@ -8,7 +8,10 @@ recovery demonstrations. Two kinds of SFT pairs come out:
 
 - act: (step prompt) -> the expert's action written in the policy's answer format;
 - skill: (analyzer prompt of the trajectory) -> the annotator's JSON skill (the rule-based annotator
-  of :mod:`seed_train.skills`, or a given annotator model's answer).
+  of :mod:`seed_train.skills`, which writes the env's own hindsight rule for the task's category,
+  see :mod:`seed_envs.hindsight`; or a given annotator model's answer). The prompt is exactly the one
+  Stage 2's analyzer pass gives the policy (:func:`seed_train.vision.encode_analyzer_prompt`), and the
+  target JSON is short enough to fit its ``skill_max_new_tokens`` (48 in the quickstart).
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from seed_train.losses import masked_token_mean
 from seed_train.parallel import ReplicatedWeights
 from seed_train.policy import encode_prompt
 from seed_train.rollout import EnvSpec
-from seed_train.scoring import response_logprobs
+from seed_train.scoring import auto_prefix_groups, response_logprobs
 from seed_train.skills import Skill, rule_based_skill
 from seed_train.vision import encode_analyzer_prompt, step_images, text_tokenizer
 from wrappers import Trajectory
@@ -147,8 +150,10 @@ def sft_train(model, pairs: Sequence[SFTPair], *, lr: float, epochs: int, batch_
             count = sum_over_ranks(sum(len(p.response_ids) for p in batch)) / info.world_size
             optimizer.zero_grad(set_to_none=True)
             if batch:
-                logprobs, mask = response_logprobs(model, [p.prompt_ids for p in batch],
-                                                   [p.response_ids for p in batch], batch_size=batch_size, grad=True)
+                prompts = [p.prompt_ids for p in batch]  # shared heads (system prompt, task) run once per batch
+                logprobs, mask = response_logprobs(model, prompts, [p.response_ids for p in batch],
+                                                   batch_size=batch_size, grad=True,
+                                                   prefix_groups=auto_prefix_groups(prompts))
                 loss = -masked_token_mean(logprobs, mask, count)
                 layout.backward(loss)
                 value = float(loss.detach())

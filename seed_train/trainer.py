@@ -46,94 +46,58 @@ from seed_train.policy import (LoraSettings, frozen_copy, load_policy, merge_and
 from seed_train.rollout import EnvPool, EnvSpec, RolloutStats, group_jobs, run_episodes, sample_tasks
 from seed_train.samples import (StepSample, build_samples, record_teacher_logprobs, response_tensors,
                                 step_advantages)
-from seed_train.scoring import response_logprobs
-from seed_train.skills import Skill, parse_skill, rule_based_skill, shuffle_within_groups
+from seed_train.scoring import auto_prefix_groups, response_logprobs
+from seed_train.skill_sources import SkillSource, generate_skills, make_skill_source
+from seed_train.skills import Skill, rule_based_skill
 from seed_train.stage1 import collect_demonstrations, sft_pairs, sft_train
+from seed_train.threads import refresh_threads, torch_threads
 from wrappers import Trajectory, TrajectoryWriter, read_trajectories
 
 SCORE_BATCH = 16  # micro-batch of the no-grad scoring passes
 
 
 def env_spec(cfg: SeedConfig, split: str) -> EnvSpec:
+    """How the run builds its envs; ``cfg.reward_mode`` (SEED: 10/0 success reward) unless env_kwargs sets one."""
     return EnvSpec(env_id=cfg.env_id, split=split, template=cfg.env_default("template"),
                    history=cfg.env_default("history"), action_format=cfg.action_format,
                    format_penalty=cfg.format_penalty, max_steps=cfg.env_default("max_steps"),
-                   env_kwargs=dict(cfg.env_kwargs))
-
-
-# ------------------------------------------------------------------------------------ skills
-def generate_skills(backend: GenerationBackend, tokenizer, trajectories: Sequence[Trajectory], cfg: SeedConfig,
-                    seed: int) -> list[Skill | None]:
-    """The analyzer pass: one skill per trajectory, retrying unparseable answers up to cfg.analyzer_retries."""
-    from seed_train.vision import encode_analyzer_prompt
-
-    prompts = [encode_analyzer_prompt(tokenizer, t, cfg.analyzer_images) for t in trajectories]
-    skills: list[Skill | None] = [None] * len(trajectories)
-    todo = list(range(len(trajectories)))
-    for attempt in range(cfg.analyzer_retries + 1):
-        if not todo:
-            break
-        gens = backend.generate([prompts[i] for i in todo], max_new_tokens=cfg.skill_max_new_tokens,
-                                temperature=cfg.temperature, top_p=cfg.top_p, seed=seed + attempt)
-        for i, g in zip(todo, gens):
-            skills[i] = parse_skill(g.text, cfg.skill_min_words)
-        todo = [i for i in todo if skills[i] is None]
-    return skills
-
-
-@contextlib.contextmanager
-def weights(model: torch.nn.Module, state: dict[str, torch.Tensor] | None):
-    """Temporarily run ``model`` with the trainable weights ``state`` (None: unchanged)."""
-    if state is None:
-        yield
-        return
-    current = trainable_state(model)
-    load_trainable_state(model, state)
-    try:
-        yield
-    finally:
-        load_trainable_state(model, current)
-
-
-def skills_for(trajectories: Sequence[Trajectory], cfg: SeedConfig, backend, tokenizer, model, *, seed: int,
-               frozen: dict | None, library: dict[str, str] | None) -> list[Skill | None]:
-    """Skills per the config's skill source (on-policy, or one of the controls)."""
-    if cfg.opd_coef == 0 or cfg.skill_source == "none":
-        return [None] * len(trajectories)
-    if cfg.skill_source == "static":
-        texts = [library.get(t.category, library.get("default")) for t in trajectories]
-        return [Skill("", text) if text else None for text in texts]
-    with weights(model, frozen if cfg.skill_source == "frozen" else None):
-        skills = generate_skills(backend, tokenizer, trajectories, cfg, seed)
-    if cfg.skill_source == "shuffled":
-        skills = shuffle_within_groups(skills, [t.group_id or t.episode_id for t in trajectories],
-                                       np.random.default_rng(seed))
-    return skills
+                   env_kwargs={"reward_mode": cfg.reward_mode, **cfg.env_kwargs})
 
 
 # ------------------------------------------------------------------------------------ update
+def logprob_temperature(cfg: SeedConfig) -> float:
+    """The temperature Stage 2's log-probs are computed at (rollout records, reference, teacher, update):
+    the sampling temperature with ``cfg.logprob_temperature`` (verl's convention), else 1."""
+    return float(cfg.temperature) if cfg.logprob_temperature else 1.0
+
+
 def score_samples(model, samples: Sequence[StepSample], *, teacher: bool, reference: bool,
-                  reference_model=None) -> dict[str, torch.Tensor | None]:
-    """No-grad scoring passes over the batch: teacher (skill-augmented prompt) and reference log-probs.
+                  reference_model=None, temperature: float = 1.0) -> dict[str, torch.Tensor | None]:
+    """No-grad scoring passes over the batch: teacher (skill-augmented prompt) and reference log-probs,
+    at ``temperature`` (:func:`logprob_temperature`: the convention the rollout's log-probs were recorded with).
 
     Only samples with a valid skill are teacher-scored; the others keep zeros (masked out by skill_valid).
-    The steps of one episode share their prompt head (and skill block), which is computed once per episode.
+    Shared prompt heads are computed once (:func:`seed_train.scoring.auto_prefix_groups` picks the groups
+    that save the most: e.g. an episode's steps, whose teacher head ends with the episode's skill block,
+    or a GRPO group's steps, which share the system prompt and task).
     """
     out: dict[str, torch.Tensor | None] = {"teacher_logprobs": None, "ref_logprobs": None}
     responses = [s.response_ids for s in samples]
     width = max(len(r) for r in responses)
     if teacher:
         idx = [i for i, s in enumerate(samples) if s.teacher_prompt_ids is not None]
-        lp, _ = response_logprobs(model, [samples[i].teacher_prompt_ids for i in idx], [responses[i] for i in idx],
-                                  batch_size=SCORE_BATCH, prefix_groups=[samples[i].episode for i in idx])
+        prompts = [samples[i].teacher_prompt_ids for i in idx]
+        lp, _ = response_logprobs(model, prompts, [responses[i] for i in idx], batch_size=SCORE_BATCH,
+                                  prefix_groups=auto_prefix_groups(prompts), temperature=temperature)
         full = torch.zeros((len(samples), width), dtype=lp.dtype, device=lp.device)
         full[torch.tensor(idx, device=lp.device), : lp.shape[1]] = lp
         out["teacher_logprobs"] = full
     if reference:
         with reference_logprobs_context(model, reference_model) as ref_model:
-            out["ref_logprobs"], _ = response_logprobs(ref_model, [s.prompt_ids for s in samples], responses,
-                                                       batch_size=SCORE_BATCH,
-                                                       prefix_groups=[s.episode for s in samples])
+            prompts = [s.prompt_ids for s in samples]
+            out["ref_logprobs"], _ = response_logprobs(ref_model, prompts, responses, batch_size=SCORE_BATCH,
+                                                       temperature=temperature,
+                                                       prefix_groups=auto_prefix_groups(prompts))
     return out
 
 
@@ -171,15 +135,20 @@ def update_policy(model, optimizer, samples: Sequence[StepSample], scored: dict,
             opd_token_count = sum_over_ranks(opd_tokens) / world
             optimizer.zero_grad(set_to_none=True)
             if batch:
-                logprobs, mask = response_logprobs(model, [s.prompt_ids for s in batch],
-                                                   [s.response_ids for s in batch], batch_size=cfg.minibatch_size,
-                                                   grad=True)
+                # Samples share prompt heads (system prompt, task, ...): each shared head runs once, gradients
+                # included (the same gradients as one forward per sample; tests/test_prefix_generation.py).
+                prompts = [s.prompt_ids for s in batch]
+                logprobs, mask = response_logprobs(model, prompts, [s.response_ids for s in batch],
+                                                   batch_size=cfg.minibatch_size, grad=True,
+                                                   temperature=logprob_temperature(cfg),
+                                                   prefix_groups=auto_prefix_groups(prompts))
                 rows = _rows(idx, mask.shape[1], device)
                 loss, stats = seed_loss(
                     logprobs, rows(tensors["old_logprobs"]), rows(tensors["advantages"]), mask,
                     ref_logprobs=rows(scored["ref_logprobs"]), teacher_logprobs=rows(scored["teacher_logprobs"]),
                     skill_valid=tensors["skill_valid"][idx].to(device), clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef,
-                    opd_coef=cfg.opd_coef, opd_beta=cfg.opd_beta, token_count=token_count,
+                    dual_clip_c=cfg.dual_clip_c or None, opd_coef=cfg.opd_coef, opd_beta=cfg.opd_beta,
+                    opd_gate=cfg.opd_gate, token_count=token_count,
                     opd_token_count=opd_token_count if opd_tokens else None,
                 )
                 layout.backward(loss)
@@ -221,15 +190,28 @@ def rollout_metrics(trajectories: Sequence[Trajectory], skills: Sequence[Skill |
 
 
 def gate_diagnostics(samples: Sequence[StepSample], scored: dict, cfg: SeedConfig) -> dict[str, float]:
-    """Cov(gate, advantage) over tokens with a valid skill (the paper's Eq. 8 condition)."""
+    """Cov(gate, advantage) over the tokens with a valid skill, with the gate of ``cfg.opd_gate`` at the
+    sampling-time log-probs (:func:`seed_train.losses.gate_advantage_covariance`, one definition for both):
+
+    - ``gate_adv_cov_context``: the paper's Eq. 8 condition, within a context: a step sample's context
+      is its GRPO group and step index (same task and reset seed, same turn); the gate and advantage are
+      centred within each context with >= 2 samples, token-weighted over contexts;
+    - ``gate_adv_cov_pooled``: the same over all tokens as one context, a proxy only (it mixes the
+      gate's variation between contexts into the covariance).
+    """
     teacher = scored["teacher_logprobs"]
     if teacher is None:
         return {}
     t = response_tensors(samples)
-    old = t["old_logprobs"].to(teacher.device)
-    mask = t["response_mask"].to(teacher.device) * t["skill_valid"].to(teacher.device)[:, None]
-    gate = opd_gate(old, teacher[:, : old.shape[1]], beta=cfg.opd_beta)
-    return {"gate_adv_cov": gate_advantage_covariance(gate, t["advantages"].to(teacher.device), mask)}
+    device = teacher.device
+    old = t["old_logprobs"].to(device)
+    mask = t["response_mask"].to(device) * t["skill_valid"].to(device)[:, None]
+    gate = opd_gate(old, teacher[:, : old.shape[1]], beta=cfg.opd_beta, kind=cfg.opd_gate)
+    advantages = t["advantages"].to(device)
+    labels = {key: i for i, key in enumerate(dict.fromkeys((s.group, s.step) for s in samples))}
+    contexts = torch.tensor([labels[(s.group, s.step)] for s in samples], device=device)
+    return {"gate_adv_cov_pooled": gate_advantage_covariance(gate, advantages, mask),
+            "gate_adv_cov_context": gate_advantage_covariance(gate, advantages, mask, contexts)}
 
 
 # ------------------------------------------------------------------------------------ the run
@@ -268,7 +250,8 @@ def generation_backend(cfg: SeedConfig, model, tokenizer) -> GenerationBackend:
         backend = VLLMBackend(str(resolve_model(cfg.model)), tokenizer, dtype=cfg.dtype)
         backend.sync_weights(model)
         return backend
-    return HFGenerateBackend(model, tokenizer)
+    return HFGenerateBackend(model, tokenizer, prefix_sharing=cfg.prefix_sharing,
+                             logprob_temperature=cfg.logprob_temperature)
 
 
 def fix_stage2_start(policy: Policy, cfg: SeedConfig) -> None:
@@ -286,6 +269,7 @@ def fix_stage2_start(policy: Policy, cfg: SeedConfig) -> None:
 
 
 def run_eval(policy: Policy, cfg: SeedConfig, name: str, out: Path) -> dict[str, Any]:
+    refresh_threads()  # each phase re-reads how many cores other processes leave us
     summary = evaluate_policy(policy.backend, policy.tokenizer, env_spec(cfg, cfg.eval_split),
                               max_new_tokens=cfg.max_new_tokens, limit=cfg.eval_limit, seed=cfg.seed,
                               trajectories_path=out / f"{name}.trajectories.jsonl", env_backend=cfg.env_backend)
@@ -309,6 +293,7 @@ def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None],
                layout: ReplicatedWeights | None = None) -> dict[str, float]:
     """Demonstrations (collected identically on every rank), SFT pairs, then SFT with ``layout``'s weights
     (each rank trains on its share of every batch; one process: all of it)."""
+    refresh_threads()
     spec = env_spec(cfg, cfg.train_split)
     rng = np.random.default_rng([cfg.seed, 1_000_001])
     tasks = sample_tasks(panel_of(spec), cfg.stage1_demos, rng)
@@ -323,10 +308,21 @@ def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None],
     return {"stage1_pairs": len(pairs), "stage1_loss_first": losses[0], "stage1_loss_last": losses[-1]}
 
 
+@dataclass
+class IterationBatch:
+    """What steps 1-4 of an iteration produce on this rank, for the update and the diagnostics."""
+
+    trajectories: list[Trajectory]  # played episodes, without those whose env crashed
+    env_failures: int  # episodes whose env crashed (Ray backend)
+    skills: list[Skill | None]  # one per trajectory (all None when the run uses no skills)
+    samples: list[StepSample]
+    scored: dict[str, torch.Tensor | None]  # teacher_logprobs / ref_logprobs (see score_samples)
+    times: dict[str, float]  # rollout_s, analyze_s, score_s
+
+
 def seed_iteration(it: int, policy: Policy, optimizer, cfg: SeedConfig, pool: EnvPool, panel: Sequence[str],
-                   writer: TrajectoryWriter, frozen: dict | None, library: dict | None) -> dict[str, float]:
+                   writer: TrajectoryWriter, skill_source: SkillSource) -> dict[str, float]:
     """One Stage 2 iteration (steps 1-5 of the module docstring); returns its diagnostics."""
-    times: dict[str, float] = {}
     rng = np.random.default_rng([cfg.seed, it])
     tasks = sample_tasks(panel, cfg.tasks_per_iteration, rng)
     jobs = group_jobs(tasks, cfg.group_size, base_seed=int(rng.integers(2**31)), prefix=f"it{it}",
@@ -336,30 +332,34 @@ def seed_iteration(it: int, policy: Policy, optimizer, cfg: SeedConfig, pool: En
     stats = RolloutStats()
     with policy.layout.full_weights(policy.model):  # sharded weights: whole on every rank until the update
         policy.backend.sync_weights(policy.model)  # generate from θ_k (vLLM copies the weights in here)
-        trajectories, env_failures, skills, samples, scored = _play_and_score(policy, cfg, pool, jobs, rng, stats,
-                                                                              times, frozen, library)
+        batch = _play_and_score(policy, cfg, pool, jobs, rng, stats, skill_source)
     # Every rank's episodes, in group order (one process: its own), for the log and the metrics.
-    all_trajectories = gather_lists(trajectories)
+    all_trajectories = gather_lists(batch.trajectories)
     if writer is not None:
         for t in all_trajectories:
             writer.write(t)
     t0 = time.perf_counter()
-    loss_stats = update_policy(policy.model, optimizer, samples, scored, cfg, rng, policy.layout)
-    times["update_s"] = time.perf_counter() - t0
-    all_skills = gather_lists(skills) if (cfg.opd_coef > 0 and cfg.skill_source != "none") else []
+    loss_stats = update_policy(policy.model, optimizer, batch.samples, batch.scored, cfg, rng, policy.layout)
+    times = {**batch.times, "update_s": time.perf_counter() - t0}
+    all_skills = gather_lists(batch.skills) if skill_source.produces_skills else []
     metrics = rollout_metrics(all_trajectories, all_skills)
     metrics.update(loss_stats)
-    metrics.update(mean_over_ranks(gate_diagnostics(samples, scored, cfg)))
+    metrics.update(mean_over_ranks(gate_diagnostics(batch.samples, batch.scored, cfg)))
     metrics.update(mean_over_ranks({**times, "generate_s": stats.generate_s, "env_s": stats.env_s,
                                     "tokens_per_s": stats.generated_tokens / max(stats.generate_s, 1e-9)}))
-    metrics.update({"samples": sum_over_ranks(len(samples)), "env_failures": sum_over_ranks(env_failures)})
+    metrics.update({"samples": sum_over_ranks(len(batch.samples)),
+                    "env_failures": sum_over_ranks(batch.env_failures),
+                    # prompt positions the rollout ran through the model (prefix sharing: fewer) vs prompt tokens
+                    "prefill_tokens": sum_over_ranks(stats.prefill_tokens),
+                    "prompt_tokens": sum_over_ranks(stats.prompt_tokens)})
     return metrics
 
 
 def _play_and_score(policy: Policy, cfg: SeedConfig, pool: EnvPool, jobs, rng: np.random.Generator,
-                    stats: RolloutStats, times: dict[str, float], frozen: dict | None, library: dict | None):
-    """Steps 1-4: rollouts, skills, advantages, samples and their no-grad scores. Returns the trajectories
-    (without those whose env crashed), how many crashed, and skills, samples and scores (``times`` filled)."""
+                    stats: RolloutStats, skill_source: SkillSource) -> IterationBatch:
+    """Steps 1-4: rollouts, skills (from the run's ``skill_source``), advantages, samples and their no-grad
+    scores."""
+    times: dict[str, float] = {}
     t0 = time.perf_counter()
     played = run_episodes(policy.backend, policy.tokenizer, pool, jobs, max_new_tokens=cfg.max_new_tokens,
                           temperature=cfg.temperature, top_p=cfg.top_p, seed=int(rng.integers(2**31)), stats=stats)
@@ -367,26 +367,34 @@ def _play_and_score(policy: Policy, cfg: SeedConfig, pool: EnvPool, jobs, rng: n
     # An episode whose env crashed (Ray backend) has no steps: leave it out of its group's statistics.
     trajectories = [t for t in played if not t.meta.get("env_failed")]
     t0 = time.perf_counter()
-    skills = skills_for(trajectories, cfg, policy.backend, policy.tokenizer, policy.model,
-                        seed=int(rng.integers(2**31)), frozen=frozen, library=library)
+    skills = skill_source.skills(trajectories, policy, seed=int(rng.integers(2**31)))
     times["analyze_s"] = time.perf_counter() - t0
     for t, s in zip(trajectories, skills):
         t.meta["skill"] = None if s is None else s.text
-    advantages = step_advantages(trajectories, method=cfg.advantage, gamma=cfg.gigpo_gamma, omega=cfg.gigpo_omega)
+    advantages = step_advantages(trajectories, method=cfg.advantage, gamma=cfg.gigpo_gamma, omega=cfg.gigpo_omega,
+                                 group_stats=cfg.group_stats, format_penalty_on=cfg.format_penalty_on,
+                                 format_penalty=cfg.format_penalty)
     samples = build_samples(trajectories, advantages, skills, policy.tokenizer)
     t0 = time.perf_counter()
     use_teacher = any(s.teacher_prompt_ids is not None for s in samples)
     scored = score_samples(policy.model, samples, teacher=use_teacher, reference=cfg.kl_coef > 0,
-                           reference_model=policy.reference)
+                           reference_model=policy.reference, temperature=logprob_temperature(cfg))
     times["score_s"] = time.perf_counter() - t0
     # Written after scoring so each step carries its teacher log-probs (the viewer colours tokens by gate).
     record_teacher_logprobs(trajectories, samples, scored["teacher_logprobs"], policy.tokenizer)
     for t in trajectories:
         t.meta["opd_beta"] = cfg.opd_beta
-    return trajectories, len(played) - len(trajectories), skills, samples, scored
+        t.meta["opd_gate"] = cfg.opd_gate
+    return IterationBatch(trajectories, len(played) - len(trajectories), skills, samples, scored, times)
 
 
 def train(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """The whole run (:func:`run`) with torch's CPU threads set by ``cfg.threads`` (restored after)."""
+    with torch_threads(cfg.threads):
+        return run(cfg, say)
+
+
+def run(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]:
     """The whole run; under ``accelerate launch`` / ``torchrun`` every process calls this (see
     :mod:`seed_train.distributed`): rollouts and evaluation are sharded, only the main process writes."""
     info = init_from_env(cfg.device)
@@ -410,19 +418,27 @@ def train(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]
         if cfg.eval_before:
             results["before"] = run_eval(policy, cfg, "eval_before", out)
             say(markdown_table(results["before"], f"before training: {cfg.env_id} {cfg.eval_split}"))
-        if cfg.stage1_demos:
+        if cfg.stage1_from:  # a finished Stage 1 (an experiment's arms share one per seed): load, do not rerun
+            load_trainable_state(policy.model, load_file(cfg.stage1_from))
+            results["stage1_from"] = cfg.stage1_from
+        elif cfg.stage1_demos:
             # Stage 1 trains with the launch's weight layout too; after it the weights are gathered into a
             # plain model, so θ_0 (LoRA merge, frozen reference copy) is built as on one process.
             policy.model = layout.prepare(policy.model)
             results["stage1"] = run_stage1(policy, cfg, say, layout)
             if layout.wraps_model:
                 gather_whole_policy(policy, cfg)
+        if cfg.eval_after_stage1 and cfg.eval_after and cfg.iterations and (cfg.stage1_from or cfg.stage1_demos):
+            # (with no Stage 2 iterations the final evaluation is this one)
+            policy.backend.sync_weights(policy.model)
+            results["after_stage1"] = run_eval(policy, cfg, "eval_after_stage1", out)
+            say(markdown_table(results["after_stage1"], f"after Stage 1: {cfg.env_id} {cfg.eval_split}"))
         if main:  # what a resume needs to rebuild θ_0 without redoing Stage 1: its trainable weights
             ckpts.mkdir(parents=True, exist_ok=True)
             save_file(trainable_state(policy.model), str(ckpts / "stage1.safetensors"))
         fix_stage2_start(policy, cfg)
-    # The frozen-analyzer control keeps analysing with θ_0's weights.
-    frozen_state = trainable_state(policy.model) if cfg.skill_source == "frozen" else None
+    # Chosen once, at θ_0: the frozen-analyzer control keeps a copy of θ_0's weights to analyse with.
+    skill_source = make_skill_source(cfg, policy.model)
     # Stage 2 trains with the launch's weight layout (FSDP: sharded from here on).
     policy.model, policy.layout = layout.prepare(policy.model), layout
     results["weight_layout"] = layout.name
@@ -431,7 +447,6 @@ def train(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]
     if cfg.resume:
         load_checkpoint(cfg.resume, policy.model, optimizer, load_optimizer=layout.load_optimizer_state)
         say(f"resumed from {cfg.resume} at iteration {start}")
-    library = json.loads(Path(cfg.static_skills).read_text()) if cfg.skill_source == "static" else None
     spec = env_spec(cfg, cfg.train_split)
     pool, panel = EnvPool(spec, cfg.env_backend), panel_of(spec)
     logger = MetricsLogger(out, resume_from_iteration=start if cfg.resume else None) if main else None
@@ -441,7 +456,9 @@ def train(cfg: SeedConfig, say: Callable[[str], None] = print) -> dict[str, Any]
         for it in tqdm(range(start, cfg.iterations), desc="SEED iterations", disable=None if main else True,
                        initial=start, total=cfg.iterations):
             t0 = time.perf_counter()
-            metrics = seed_iteration(it, policy, optimizer, cfg, pool, panel, writer, frozen_state, library)
+            threads = refresh_threads()
+            metrics = seed_iteration(it, policy, optimizer, cfg, pool, panel, writer, skill_source)
+            metrics["torch_threads"] = threads
             metrics["iteration_s"] = time.perf_counter() - t0
             if logger is not None:
                 logger.log(it, metrics)

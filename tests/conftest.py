@@ -24,3 +24,26 @@ def shared_data() -> Path:
     if not path.is_dir():
         pytest.skip(f"real benchmark samples not found at {path} (set SEEDGYM_TEST_DATA to ../shared/data)")
     return path
+
+
+
+try:  # imported up front, so the thread count every test starts from is known
+    import torch
+except ImportError:  # the envs-only install: no torch, nothing to guard
+    torch = None
+
+
+@pytest.fixture(autouse=True)
+def torch_threads_unchanged():
+    """No test leaves torch's thread count changed for the next one (a learning test must not depend on
+    which tests ran before it). A test that changes it fails here, after its own body, naming the count."""
+    if torch is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    yield
+    after = torch.get_num_threads()
+    if after != before:
+        torch.set_num_threads(before)
+        pytest.fail(f"the test changed torch's intra-op threads from {before} to {after}; restore them "
+                    "(seed_train.threads.torch_threads) or set them in a subprocess")

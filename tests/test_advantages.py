@@ -13,7 +13,9 @@ from seed_train.advantages import (  # noqa: E402
     discounted_returns,
     gigpo_step_advantages,
     grpo_episode_advantages,
+    group_normalize,
     step_relative_advantages,
+    step_scores,
 )
 
 SQRT_HALF = math.sqrt(0.5)
@@ -129,3 +131,81 @@ def test_gigpo_mean_only():
                                         gamma=0.5, normalize_std=False)
     expected = [1.25, 0.0, 0.0, -1.25, 0.0, 0.0, -4 / 3, 0.0, -4 / 3, 8 / 3]
     torch.testing.assert_close(step_adv, torch.tensor(expected), atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------- the paper's code's conventions
+def test_group_normalize_with_statistics_of_other_values():
+    # steps [10, 9.9, 10 | 0] normalised by their episodes' returns [10, 0]: mean 5, unbiased std sqrt(50)
+    out = group_normalize(torch.tensor([10.0, 9.9, 10.0, 0.0], dtype=torch.float64), torch.tensor([4, 4, 4, 4]),
+                          stats_values=torch.tensor([10.0, 0.0], dtype=torch.float64),
+                          stats_group_ids=torch.tensor([4, 4]))
+    s = math.sqrt(50.0) + 1e-6
+    torch.testing.assert_close(out, torch.tensor([5 / s, 4.9 / s, 5 / s, -5 / s], dtype=torch.float64))
+    with pytest.raises(ValueError, match="no member"):
+        group_normalize(torch.ones(2), torch.tensor([0, 1]), stats_values=torch.ones(1), stats_group_ids=torch.tensor([0]))
+
+
+def test_step_scores_charge_the_penalty_to_the_invalid_step():
+    # episode 0: rewards [0, -0.1 (format error), 10] -> recorded return 9.9; episode 1: [-0.1 (error), -0.1 (error)]
+    returns = torch.tensor([9.9, -0.2], dtype=torch.float64)
+    episode = torch.tensor([0, 0, 0, 1, 1])
+    errors = torch.tensor([False, True, False, True, True])
+    scores, per_episode = step_scores(returns, episode, errors, 0.1, penalty_on="step")
+    torch.testing.assert_close(scores, torch.tensor([10.0, 9.9, 10.0, -0.1, -0.1], dtype=torch.float64))
+    torch.testing.assert_close(per_episode, torch.tensor([10.0, 0.0], dtype=torch.float64))
+    scores, per_episode = step_scores(returns, episode, errors, 0.1, penalty_on="episode")
+    torch.testing.assert_close(scores, torch.tensor([9.9, 9.9, 9.9, -0.2, -0.2], dtype=torch.float64))
+    torch.testing.assert_close(per_episode, returns)
+
+
+def _z(values: list[float], stats: list[float]) -> list[float]:
+    """(x - mean) / (unbiased std + 1e-6), by the statistics module (independent of the torch code)."""
+    import statistics
+
+    mean, std = statistics.mean(stats), statistics.stdev(stats)
+    return [(x - mean) / (std + 1e-6) for x in values]
+
+
+def _episodes():
+    """Two groups; rewards as the LLMActionParser records them (format penalty 0.1 on the error steps).
+
+    g1: A = [0, -0.1 (error), 10] (return 9.9),  B = [0] (return 0)
+    g2: C = [-0.1 (error), -0.1 (error)] (return -0.2),  D = [0, 10] (return 10)
+    """
+    from wrappers import Step, Trajectory
+
+    def episode(name, group, rewards, errors):
+        steps = [Step(index=i, observation=f"{name}{i}", action="a", reward=r, format_error=e)
+                 for i, (r, e) in enumerate(zip(rewards, errors))]
+        return Trajectory(episode_id=name, env_id="x", task_id=group, task="t", category="c", split="train",
+                          group_id=group, steps=steps).finish(success=rewards[-1] > 0, score=0.0)
+
+    return [episode("A", "g1", [0.0, -0.1, 10.0], [False, True, False]), episode("B", "g1", [0.0], [False]),
+            episode("C", "g2", [-0.1, -0.1], [True, True]), episode("D", "g2", [0.0, 10.0], [False, False])]
+
+
+@pytest.mark.parametrize("group_stats,penalty_on,expected", [
+    # verl-agent: step scores (penalty on the invalid step), statistics over the group's step samples
+    ("steps", "step", _z([10, 9.9, 10, 0], [10, 9.9, 10, 0]) + _z([-0.1, -0.1, 10, 10], [-0.1, -0.1, 10, 10])),
+    # step scores normalised by one penalty-free return per episode: g1 [10, 0], g2 [0, 10]
+    ("episodes", "step", _z([10, 9.9, 10, 0], [10, 0]) + _z([-0.1, -0.1, 10, 10], [0, 10])),
+    # recorded returns on every step, statistics over the steps (episodes weighted by length)
+    ("steps", "episode", _z([9.9, 9.9, 9.9, 0], [9.9, 9.9, 9.9, 0]) + _z([-0.2, -0.2, 10, 10], [-0.2, -0.2, 10, 10])),
+    # plain GRPO on episode returns, broadcast: g1 [9.9, 0], g2 [-0.2, 10]
+    ("episodes", "episode", _z([9.9, 9.9, 9.9, 0], [9.9, 0]) + _z([-0.2, -0.2, 10, 10], [-0.2, 10])),
+])
+def test_step_advantages_conventions_hand_computed(group_stats, penalty_on, expected):
+    from seed_train.samples import step_advantages
+
+    adv = step_advantages(_episodes(), group_stats=group_stats, format_penalty_on=penalty_on, format_penalty=0.1)
+    assert [len(a) for a in adv] == [3, 1, 2, 2]
+    assert [a for episode in adv for a in episode] == pytest.approx(expected, abs=1e-6)
+
+
+def test_step_advantages_step_penalty_needs_the_penalty():
+    from seed_train.samples import step_advantages
+
+    with pytest.raises(ValueError, match="format_penalty"):
+        step_advantages(_episodes(), format_penalty_on="step")
+    with pytest.raises(ValueError, match="group_stats"):
+        step_advantages(_episodes(), group_stats="tokens")

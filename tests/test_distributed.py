@@ -46,8 +46,8 @@ def _step(rank: int, world: int, model_dir: str, port: int, out: str) -> None:
     from seed_train.losses import seed_loss
     from seed_train.scoring import response_logprobs
 
-    torch.set_num_threads(1)
-    if world > 1:
+    if world > 1:  # spawned ranks: one thread each (the 1-process reference runs in the test's own process)
+        torch.set_num_threads(1)
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         dist.init_process_group("gloo", rank=rank, world_size=world)
     info = dist_info()

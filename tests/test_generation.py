@@ -76,9 +76,9 @@ def test_seeded_sampling_is_reproducible_and_leaves_global_rng(policy, prompts) 
     assert torch.equal(state, torch.random.get_rng_state())
     assert [g.response_token_ids for g in a] == [g.response_token_ids for g in b]
     assert [g.response_token_ids for g in a] != [g.response_token_ids for g in c]
-    # Recorded log-probs are of the unmodified policy (temperature 1, no top-p), not the sampler's.
+    # Recorded log-probs are at the sampling temperature (verl's convention) and without top-p.
     model, _ = policy
-    lp, _ = response_logprobs(model, prompts, [g.response_token_ids for g in a])
+    lp, _ = response_logprobs(model, prompts, [g.response_token_ids for g in a], temperature=0.7)
     torch.testing.assert_close(lp, _padded(a), atol=1e-4, rtol=0)
 
 
@@ -172,8 +172,8 @@ def test_row_seeds_make_each_row_independent_of_the_batch(policy, prompts) -> No
     assert part[1].response_token_ids == full[0].response_token_ids
     assert part[2].response_token_ids != part[0].response_token_ids  # same prompt, other seed
     model, _ = policy
-    lp, _ = response_logprobs(model, prompts, [g.response_token_ids for g in full])
-    torch.testing.assert_close(lp, _padded(full), atol=1e-4, rtol=0)  # still the unmodified policy's log-probs
+    lp, _ = response_logprobs(model, prompts, [g.response_token_ids for g in full], temperature=0.8)
+    torch.testing.assert_close(lp, _padded(full), atol=1e-4, rtol=0)  # the tempered policy's, without top-p
     with pytest.raises(ValueError, match="row_seeds"):
         backend.generate(prompts, max_new_tokens=2, row_seeds=[1])
 

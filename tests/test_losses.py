@@ -163,14 +163,99 @@ def test_opd_no_valid_token_is_zero():
     assert stats["mean_gate"] == 0.0
 
 
-def test_gate_advantage_covariance_matches_numpy():
+# Dual clip, c = 3, eps = 0.2. Per token (r, A): PPO-clip loss max(-A r, -A clip(r)), then for A < 0 min(., -3 A):
+#   (5.0, -1):  max(5.0, 1.2) = 5.0 -> capped at 3.0      dual clip active, grad 0
+#   (2.0, -1):  max(2.0, 1.2) = 2.0 (< 3)                 grad -A r = 2.0
+#   (0.5, -1):  max(0.5, 0.8) = 0.8 (clipped, < 3)         grad 0
+#   (5.0, +2):  max(-10, -2.4) = -2.4 (A > 0: no cap)      grad 0
+#   (4.0, -0.5): max(2.0, 0.6) = 2.0 -> capped at 1.5     dual clip active, grad 0
+#   (1.1, -2):  2.2 inside the range (< 6)                 grad -A r = 2.2
+# mean = (3 + 2 + 0.8 - 2.4 + 1.5 + 2.2) / 6 = 7.1 / 6; without the cap (5 + 2 + 0.8 - 2.4 + 2 + 2.2) / 6 = 1.6.
+def dual_clip_inputs():
+    ratios = torch.tensor([[5.0, 2.0, 0.5, 1.0], [5.0, 4.0, 1.1, 1.0]], dtype=F64)
+    old = torch.tensor([[-1.0, -2.0, -0.3, 0.0], [-0.7, -1.2, -3.0, 0.0]], dtype=F64)
+    logprobs = (old + ratios.log()).requires_grad_(True)
+    adv = torch.tensor([[-1.0, -1.0, -1.0, 0.0], [2.0, -0.5, -2.0, 0.0]], dtype=F64)
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0]], dtype=F64)
+    return logprobs, old, adv, mask
+
+
+def test_dual_clip_hand_computed_value_and_zero_grad_where_active():
+    logprobs, old, adv, mask = dual_clip_inputs()
+    loss, stats = ppo_clip_loss(logprobs, old, adv, mask, clip_eps=0.2, dual_clip_c=3.0)
+    assert loss.item() == pytest.approx(7.1 / 6)
+    loss.backward()
+    expected = torch.tensor([[0.0, 2.0, 0.0, 0.0], [0.0, 0.0, 2.2, 0.0]], dtype=F64) / 6
+    torch.testing.assert_close(logprobs.grad, expected)
+    assert logprobs.grad[0, 0].item() == 0.0 and logprobs.grad[1, 1].item() == 0.0  # the cap is a constant
+    assert stats["dual_clip_fraction"] == pytest.approx(2 / 6)
+    assert stats["clip_fraction"] == pytest.approx(2 / 6)
+    for off in (None, 0):  # disabled: plain PPO-clip, the far-off negative token keeps its gradient
+        logprobs, old, adv, mask = dual_clip_inputs()
+        loss, stats = ppo_clip_loss(logprobs, old, adv, mask, clip_eps=0.2, dual_clip_c=off)
+        assert loss.item() == pytest.approx(1.6) and "dual_clip_fraction" not in stats
+        loss.backward()
+        assert logprobs.grad[0, 0].item() == pytest.approx(5.0 / 6)
+
+
+def test_dual_clip_rejects_c_not_above_one():
+    logprobs, old, adv, mask = dual_clip_inputs()
+    with pytest.raises(ValueError, match="dual_clip_c"):
+        ppo_clip_loss(logprobs, old, adv, mask, dual_clip_c=0.5)
+
+
+def test_constant_gate_is_plain_distillation():
+    logprobs, teacher, mask = opd_inputs()
+    term, stats = opd_loss(logprobs, teacher, mask, torch.tensor([True, True]), beta=2.0, gate="constant")
+    # g = 1: term = mean over the 5 real tokens of (l_skill - l_theta) = (0.5 + 0 - 0.5 + 0.5 + 0.5) / 5
+    assert term.item() == pytest.approx(0.2)
+    term.backward()
+    torch.testing.assert_close(logprobs.grad, -mask / mask.sum())  # d term / d l_theta = -m / sum(m)
+    assert stats["mean_gate"] == 1.0
+    torch.testing.assert_close(opd_gate(logprobs, teacher, kind="constant"), torch.ones_like(logprobs))
+    with pytest.raises(ValueError, match="gate"):
+        opd_gate(logprobs, teacher, kind="step")
+
+
+# Gate/advantage covariance. Rows (context, gate on real tokens, advantage, real tokens):
+#   row 0: ctx 0, g [0.2, 0.4], A 1;   row 1: ctx 0, g [0.8], A -2
+#   row 2: ctx 1, g [0.5, 0.9], A 3;   row 3: ctx 1, g [0.1], A -1;   row 4: ctx 2 alone, g [0.3], A 5
+# ctx 0: gbar 1.4/3, Abar 0; sum (g - gbar)(A - Abar) = -0.26667 - 0.06667 - 0.66667 = -1.0 over 3 tokens
+# ctx 1: gbar 0.5, Abar 5/3; sum = 0 + 0.4 * 4/3 + (-0.4)(-8/3) = 1.6 over 3 tokens
+# ctx 2 has one sample: left out. Within-context covariance = (-1.0 + 1.6) / (3 + 3) = 0.1.
+def covariance_inputs():
+    pad = 77.0  # padding and anything masked must not count
+    gate = torch.tensor([[0.2, 0.4], [0.8, pad], [0.5, 0.9], [0.1, pad], [0.3, pad]], dtype=F64)
+    adv = torch.tensor([[1.0, 1.0], [-2.0, pad], [3.0, 3.0], [-1.0, pad], [5.0, pad]], dtype=F64)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 0.0], [1.0, 0.0]], dtype=F64)
+    return gate, adv, mask, torch.tensor([0, 0, 1, 1, 2])
+
+
+def test_gate_advantage_covariance_within_contexts_hand_computed():
+    gate, adv, mask, contexts = covariance_inputs()
+    assert gate_advantage_covariance(gate, adv, mask, contexts) == pytest.approx(0.1)
+    # context labels are any integers; only ctx 0 left (ctx 1 made single-sample): -1/3
+    one = mask.clone()
+    one[3] = 0.0
+    assert gate_advantage_covariance(gate, adv, one, torch.tensor([7, 7, 3, 3, 9])) == pytest.approx(-1.0 / 3)
+    # no context with 2 samples: 0
+    assert gate_advantage_covariance(gate, adv, mask, torch.arange(5)) == 0.0
+
+
+def test_gate_advantage_covariance_pooled_matches_numpy():
+    gate, adv, mask, _ = covariance_inputs()
+    # pooled: one context of the 7 real tokens, population covariance (divide by 7)
+    g = [0.2, 0.4, 0.8, 0.5, 0.9, 0.1, 0.3]
+    a = [1.0, 1.0, -2.0, 3.0, 3.0, -1.0, 5.0]
+    expected = sum((x - sum(g) / 7) * (y - sum(a) / 7) for x, y in zip(g, a)) / 7
+    assert gate_advantage_covariance(gate, adv, mask) == pytest.approx(expected)
     gen = torch.Generator().manual_seed(2)
     gate = torch.rand(4, 7, generator=gen, dtype=F64)
     adv = torch.randn(4, 7, generator=gen, dtype=F64)
     mask = (torch.rand(4, 7, generator=gen) > 0.3).to(F64)
     sel = mask.bool().numpy()
-    expected = np.cov(gate.numpy()[sel], adv.numpy()[sel])[0, 1]
-    assert gate_advantage_covariance(gate, adv, mask) == pytest.approx(expected)
+    assert gate_advantage_covariance(gate, adv, mask) == pytest.approx(
+        np.cov(gate.numpy()[sel], adv.numpy()[sel], bias=True)[0, 1])
     assert gate_advantage_covariance(gate, adv, torch.zeros_like(mask)) == 0.0
 
 
@@ -186,14 +271,14 @@ def test_seed_loss_without_opd_equals_ppo():
     ppo, _ = ppo_clip_loss(logprobs, old, adv, mask)
     (ppo_grad,) = torch.autograd.grad(ppo, logprobs)
     for kwargs in ({"teacher_logprobs": teacher, "opd_coef": 0.0}, {"teacher_logprobs": None}):
-        loss, stats = seed_loss(logprobs, old, adv, mask, **kwargs)
+        loss, stats = seed_loss(logprobs, old, adv, mask, dual_clip_c=None, **kwargs)
         (grad,) = torch.autograd.grad(loss, logprobs)
         assert loss.item() == ppo.item()
         torch.testing.assert_close(grad, ppo_grad, rtol=0, atol=0)
         assert stats["loss"] == ppo.item()
     # with a teacher but opd_coef 0, the diagnostics are still logged
     _, stats = seed_loss(logprobs, old, adv, mask, teacher_logprobs=teacher, opd_coef=0.0)
-    assert {"opd_term", "mean_gate", "frac_delta_pos", "mean_delta", "gate_adv_cov"} <= stats.keys()
+    assert {"opd_term", "mean_gate", "frac_delta_pos", "mean_delta"} <= stats.keys()
 
 
 def test_seed_loss_sums_terms():
@@ -208,6 +293,16 @@ def test_seed_loss_sums_terms():
     assert loss.item() == pytest.approx(expected.item())
     torch.testing.assert_close(torch.autograd.grad(loss, logprobs)[0], torch.autograd.grad(expected, logprobs)[0])
     assert stats["kl"] == pytest.approx(kl.item())
-    gate = opd_gate(logprobs, teacher, beta=5.0)
-    opd_mask = mask * valid.to(F64)[:, None]
-    assert stats["gate_adv_cov"] == pytest.approx(gate_advantage_covariance(gate, adv, opd_mask))
+
+
+def test_seed_loss_passes_the_dual_clip_and_the_gate_through():
+    logprobs, old, adv, mask = dual_clip_inputs()
+    teacher = old + 0.3
+    valid = torch.tensor([True, True])
+    loss, stats = seed_loss(logprobs, old, adv, mask, teacher_logprobs=teacher, skill_valid=valid,
+                            dual_clip_c=3.0, opd_coef=0.5, opd_gate="constant")
+    ppo, _ = ppo_clip_loss(logprobs, old, adv, mask, dual_clip_c=3.0)
+    opd, _ = opd_loss(logprobs, teacher, mask, valid, gate="constant")
+    assert ppo.item() == pytest.approx(7.1 / 6)
+    assert loss.item() == pytest.approx((ppo + 0.5 * opd).item())
+    assert stats["mean_gate"] == 1.0 and stats["dual_clip_fraction"] == pytest.approx(2 / 6)

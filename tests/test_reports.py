@@ -84,7 +84,7 @@ def test_training_plot_covers_the_diagnostics_and_tensorboard(tmp_path):
     rng = np.random.default_rng(0)
     for it in range(6):
         logger.log(it, {"success": it / 6, "return": float(rng.normal()), "kl": 0.01 * it, "opd_term": 0.1 / (it + 1),
-                        "mean_gate": 0.5 + 0.05 * it, "gate_adv_cov": float(rng.normal(0, 0.01)),
+                        "mean_gate": 0.5 + 0.05 * it, "gate_adv_cov_context": float(rng.normal(0, 0.01)),
                         "format_error_rate": 0.1, "skill_valid_rate": 0.9, "loss": 1.0 - 0.1 * it, "success/a": 0.5})
         if it in (2, 5):  # the trainer re-plots after every update
             path = logger.plot()
@@ -97,7 +97,7 @@ def test_training_plot_covers_the_diagnostics_and_tensorboard(tmp_path):
     events = EventAccumulator(str(tmp_path / "tensorboard"))
     events.Reload()
     tags = set(events.Tags()["scalars"])
-    assert {"success", "return", "kl", "opd_term", "mean_gate", "gate_adv_cov", "success/a"} <= tags
+    assert {"success", "return", "kl", "opd_term", "mean_gate", "gate_adv_cov_context", "success/a"} <= tags
     assert [e.step for e in events.Scalars("mean_gate")] == list(range(6))
 
 

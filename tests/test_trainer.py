@@ -92,13 +92,17 @@ def test_skill_is_inserted_right_after_the_task_line():
 
 
 def test_rule_based_skills_and_shuffled_control():
+    # Rules for the category, never the episode's action list (env "x" has no rules of its own: generic ones).
     win = rule_based_skill(_trajectory(True, ("up", "up", "left")))
-    assert win.text == "A plan that works for this kind of task: up x2, left." and win.summary == "Solved in 3 steps."
+    assert win.summary == "Solved the task." and "up" not in win.text.split() and "left" not in win.text
     lose = _trajectory(False, ("x", "up", "up", "up"))
     lose.steps[0].invalid_action = True
     lose.steps[1].info["expert_action"] = "left"
-    text = rule_based_skill(lose).text
-    assert "1 actions were invalid" in text and "'left' was right" in text and "repeating 'up'" in text
+    lost = rule_based_skill(lose)
+    assert lost.summary == "Failed: invalid actions." and "required format" in lost.text and "'up'" not in lost.text
+    ez = _trajectory(True)  # 4 * 3 = 12 on a product deal
+    ez.env_id = "seed/EZPoints-v0"
+    assert "multiply" in rule_based_skill(ez).text and not any(ch.isdigit() for ch in rule_based_skill(ez).text)
     skills = [Skill("", f"s{i}") for i in range(6)]
     groups = ["a", "a", "a", "b", "b", "c"]
     out = shuffle_within_groups(skills, groups, np.random.default_rng(0))
@@ -168,13 +172,17 @@ def echo_config(tmp_path, tiny_path, **overrides) -> SeedConfig:
     return SeedConfig(**{**base, **overrides})
 
 
-def test_tiny_model_learns_echo(tmp_path, tiny_path):
-    """Seed 0: Stage 1 on 32 expert demos (40 epochs, lr 5e-3) + 2 SEED iterations (lr 3e-4) take the
-    greedy success on Echo's unseen panel (32 tasks) from <= 0.15 (measured 0.0) to >= 0.6 (measured
-    1.0; the 95% intervals, [0, 0.11] and [0.89, 1], do not overlap). At this scale the gain is Stage
-    1's (Stage 1 alone measured 1.0 too; with 20 epochs 0.5); a Stage 2 lr of 3e-3 overshoots."""
-    cfg = echo_config(tmp_path, tiny_path, stage1_demos=32, stage1_epochs=40, stage1_lr=5e-3, stage1_batch_size=8,
-                      eval_before=True, eval_after=True, kl_coef=0.01, lr=3e-4)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_tiny_model_learns_echo(tmp_path, tiny_path, threads):
+    """Stage 1 on 32 expert demos (80 epochs, lr 2e-3) + 2 SEED iterations (lr 3e-4) take the greedy
+    success on Echo's unseen panel (32 tasks) from <= 0.15 (measured 0.0) to >= 0.6, at 1 and 2 torch
+    threads (the run sets them, and restores the caller's count after). Measured at 1 thread over
+    training seeds 0-3: 1.0 after Stage 1 alone on every seed, 1.0 after the two iterations (the 95%
+    intervals, [0, 0.11] and [0.89, 1], do not overlap). The gain is Stage 1's: this test pins the
+    pipeline, not a SEED result. The old setting (40 epochs at lr 5e-3) gave 1.0, 0.5, 0.75, 0.75 over
+    the same seeds: too close to the threshold to hold."""
+    cfg = echo_config(tmp_path, tiny_path, stage1_demos=32, stage1_epochs=80, stage1_lr=2e-3, stage1_batch_size=8,
+                      eval_before=True, eval_after=True, kl_coef=0.01, lr=3e-4, threads=threads)
     results = train(cfg, say=lambda _: None)
     before = results["before"]["categories"]["all"]["success"]
     after = results["after"]["categories"]["all"]["success"]
@@ -209,8 +217,13 @@ def test_resume_gives_the_same_next_update(tmp_path, tiny_path, extra):
 @pytest.mark.parametrize("overrides", [
     {"opd_coef": 0.0},
     {"skill_source": "shuffled"},
+    {"skill_source": "shuffled_tasks"},
     {"skill_source": "frozen"},
+    {"skill_source": "empty", "opd_gate": "constant"},
+    {"skill_source": "none"},
     {"advantage": "gigpo", "kl_coef": 0.01},
+    # the released code's conventions switched off: episode statistics and penalty, env reward, no dual clip
+    {"group_stats": "episodes", "format_penalty_on": "episode", "reward_mode": "env", "dual_clip_c": 0.0},
     {"stage1_demos": 4, "annotator_model": "TINY", "lora": True},
 ])
 def test_baselines_and_controls_run(tmp_path, tiny_path, overrides):
@@ -218,7 +231,16 @@ def test_baselines_and_controls_run(tmp_path, tiny_path, overrides):
     cfg = echo_config(tmp_path, tiny_path, iterations=1, **overrides)
     train(cfg, say=lambda _: None)
     (m,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert ("skill_valid_rate" in m) == (overrides.get("opd_coef", 0.01) > 0)
+    uses_skills = cfg.opd_coef > 0 and cfg.skill_source != "none"
+    assert ("skill_valid_rate" in m) == uses_skills
+    trajs = list(read_trajectories(tmp_path / "run" / "trajectories.jsonl"))
+    if cfg.skill_source == "empty":  # a valid skill with no text: every token gets the OPD term, with g = 1
+        assert {t.meta["skill"] for t in trajs} == {""} and m["skill_valid_rate"] == 1.0
+        assert m["mean_gate"] == 1.0 and m["opd_tokens"] > 0
+    if not uses_skills:
+        assert all(t.meta["skill"] is None for t in trajs) and "opd_term" not in m
+    # Echo's reward (reward_mode): 10 on success by default, the env's own 1 with reward_mode env
+    assert {t.return_ for t in trajs if t.success} <= {10.0 if cfg.reward_mode == "success" else 1.0}
 
 
 def test_static_skill_library(tmp_path, tiny_path):
@@ -230,7 +252,8 @@ def test_static_skill_library(tmp_path, tiny_path):
     assert {t.meta["skill"] for t in trajs} == {"Read the word after Say and repeat it exactly."}
     (m,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert m["skill_valid_rate"] == 1.0 and m["opd_tokens"] > 0
-    assert 0.0 < m["mean_gate"] < 1.0 and 0.0 <= m["frac_delta_pos"] <= 1.0 and "gate_adv_cov" in m
+    assert 0.0 < m["mean_gate"] < 1.0 and 0.0 <= m["frac_delta_pos"] <= 1.0
+    assert {"gate_adv_cov_pooled", "gate_adv_cov_context"} <= m.keys()
 
 
 def test_quickstart_command_runs_end_to_end_on_a_tiny_model(tmp_path, tiny_path, capsys):

@@ -1,0 +1,153 @@
+"""Rollout speed with and without prefix-shared prefill, against the model's own forward throughput.
+
+    python benchmarks/bench_rollout.py [--model smollm2-135m] [--groups 3] [--group-size 4] [--repeats 1]
+                                       [--threads N]
+
+EZPoints, G rollouts x N tasks, in two prompt settings:
+  quickstart  the quickstart's settings (compact template, history 0, plain answers, max_steps 5,
+              max_new_tokens 8): ~150-token prompts
+  long        the default ezpoints template with history 2 (same steps and tokens): longer prompts whose
+              later turns differ within a group after the task description
+Each setting plays the same jobs (same tasks, reset and sampling seeds) with the plain generate path
+and with prefix sharing, alternating ``--repeats`` times (medians reported, so a load that comes and
+goes hits both alike; with one repeat the order alternates between settings). Columns:
+  rollout s        wall time of run_episodes (generation + env steps)
+  prefill/step     prompt positions run through the model per generate call (padding included)
+  prompt/step      the prompts' own tokens per generate call
+  gen tok/s        generated tokens per second of generation time
+  rollout tok/s    (prompt + generated tokens) per second of generation time
+  fwd tok/s        the model's plain forward throughput: a no-grad forward over the same prompts,
+                   batched as a generate call batched them (left padding, last logits only); timed on
+                   the rollout's middle call (a rate: tokens over seconds; later turns dominate)
+  ratio            rollout tok/s / fwd tok/s (the issue's goal: >= 50%)
+  same             episodes whose token ids equal the plain path's (prefix sharing changes no token)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from seed_train.evaluate import panel_of
+from seed_train.generation import HFGenerateBackend
+from seed_train.policy import load_policy, resolve_model
+from seed_train.rollout import EnvPool, EnvSpec, RolloutStats, group_jobs, run_episodes, sample_tasks
+
+SETTINGS = {
+    "quickstart": dict(template="compact", history=0),
+    "long": dict(template="ezpoints", history=2),
+}
+
+
+class RecordingBackend:
+    """Delegates to a backend and keeps every batch of prompts it was asked to generate for."""
+
+    def __init__(self, backend: HFGenerateBackend):
+        self.backend = backend
+        self.calls: list[list[list[int]]] = []
+
+    @property
+    def prefill_tokens(self) -> int:
+        return self.backend.prefill_tokens
+
+    def generate(self, prompts: Sequence[Sequence[int]], **kwargs: Any):
+        self.calls.append([list(p) for p in prompts])
+        return self.backend.generate(prompts, **kwargs)
+
+    def sync_weights(self, model: Any) -> None:
+        self.backend.sync_weights(model)
+
+
+def forward_throughput(model: Any, calls: Sequence[Sequence[Sequence[int]]], pad_id: int) -> tuple[float, int]:
+    """(seconds, prompt tokens) of a no-grad forward over the middle call's prompts, batched and left-padded
+    as generate batched them."""
+    seconds, tokens = 0.0, 0
+    with torch.no_grad():
+        for prompts in [calls[len(calls) // 2]]:
+            width = max(len(p) for p in prompts)
+            ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(prompts), width), dtype=torch.long)
+            for i, p in enumerate(prompts):
+                ids[i, width - len(p):] = torch.tensor(p)
+                mask[i, width - len(p):] = 1
+            t0 = time.perf_counter()
+            model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=1)
+            seconds += time.perf_counter() - t0
+            tokens += sum(len(p) for p in prompts)
+    return seconds, tokens
+
+
+def play(model, tok, spec: EnvSpec, jobs, *, prefix_sharing: bool, max_new_tokens: int, seed: int):
+    backend = RecordingBackend(HFGenerateBackend(model, tok, prefix_sharing=prefix_sharing))
+    stats = RolloutStats()
+    pool = EnvPool(spec)
+    t0 = time.perf_counter()
+    trajectories = run_episodes(backend, tok, pool, jobs, max_new_tokens=max_new_tokens, temperature=1.0,
+                                seed=seed, stats=stats)
+    wall = time.perf_counter() - t0
+    pool.close()
+    return wall, stats, trajectories, backend.calls
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--groups", type=int, default=3, help="tasks per batch (GRPO groups)")
+    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--max-steps", type=int, default=5)
+    p.add_argument("--max-new-tokens", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=1, help="plain/shared pairs per setting (medians reported)")
+    p.add_argument("--settings", default="quickstart,long")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tok = load_policy(str(resolve_model(args.model)))
+    model.eval()
+    print(f"model {args.model}; torch threads {torch.get_num_threads()}; load average {os.getloadavg()}")
+    header = (f"{'setting':<10} {'path':<7} {'rollout s':>9} {'prefill/step':>12} {'prompt/step':>11} "
+              f"{'gen tok/s':>9} {'rollout tok/s':>13} {'fwd tok/s':>9} {'ratio':>6} {'same':>6}")
+    lines = []
+    for setting_index, name in enumerate(args.settings.split(",")):
+        spec = EnvSpec("seed/EZPoints-v0", "train", action_format="plain", format_penalty=0.1,
+                       max_steps=args.max_steps, **SETTINGS[name])
+        tasks = sample_tasks(panel_of(spec), args.groups, np.random.default_rng(0))
+        jobs = group_jobs(tasks, args.group_size, base_seed=0, prefix="bench")
+        runs: dict[str, list] = {"plain": [], "shared": []}
+        for rep in range(args.repeats):
+            order = ("plain", "shared") if (rep + setting_index) % 2 == 0 else ("shared", "plain")
+            for path in order:
+                runs[path].append(play(model, tok, spec, jobs, prefix_sharing=path == "shared",
+                                       max_new_tokens=args.max_new_tokens, seed=1))
+                print(f"  {name} {path}: {runs[path][-1][0]:.1f}s", flush=True)
+        reference = [[s.response_token_ids for s in t.steps] for t in runs["plain"][0][2]]
+        # The forward baseline over the prompts the plain path generated for (both paths saw the same).
+        fwd_runs = [forward_throughput(model, runs["plain"][0][3], HFGenerateBackend(model, tok).pad_token_id)
+                    for _ in range(max(1, args.repeats))]
+        fwd_s = statistics.median(s for s, _ in fwd_runs)
+        fwd_rate = fwd_runs[0][1] / fwd_s
+        for path, results in runs.items():
+            wall = statistics.median(r[0] for r in results)
+            gen_s = statistics.median(r[1].generate_s for r in results)
+            stats = results[0][1]
+            calls = stats.generate_calls
+            same = sum([[s.response_token_ids for s in t.steps] == ref for t, ref in zip(results[0][2], reference)])
+            rollout_rate = (stats.prompt_tokens + stats.generated_tokens) / gen_s
+            lines.append(f"{name:<10} {path:<7} {wall:>9.2f} {stats.prefill_tokens / calls:>12.0f} "
+                         f"{stats.prompt_tokens / calls:>11.0f} {stats.generated_tokens / gen_s:>9.1f} "
+                         f"{rollout_rate:>13.0f} {fwd_rate:>9.0f} {rollout_rate / fwd_rate:>6.0%} "
+                         f"{same:>3}/{len(reference)}")
+        print(f"{name}: {len(jobs)} episodes, {runs['plain'][0][1].generate_calls} generate calls, "
+              f"{runs['plain'][0][1].generated_tokens} generated tokens")
+    print(header)
+    print("\n".join(lines))
+    print(f"load average after {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""Skill validity after Stage 1: how often the policy's own skills are valid on fresh rollouts.
+
+    OMP_NUM_THREADS=2 nice python benchmarks/skill_validity.py [--env-id seed/EZPoints-v0] [--demos 24]
+        [--epochs 1] [--lr 5e-4] [--rollouts 24] [--model smollm2-135m] [--seed 0]
+
+Runs Stage 1 with the trainer's own pieces (``seed_train.trainer.load`` and ``run_stage1``; defaults:
+the quickstart's settings, ``seed_train.cli.QUICKSTART``), then plays fresh rollouts of train tasks
+with the Stage 1 policy and runs Stage 2's analyzer pass on them (``generate_skills``: the same
+analyzer prompt, sampling and ``skill_max_new_tokens``). Prints the valid rate (DESIGN.md's target:
+>= 80% after Stage 1), split by outcome, the share of valid skills that replay two or more of their
+episode's consecutive actions, and example skills; what an invalid answer looks like is shown from a
+fresh sample of the same prompts. On another env than EZPoints, the quickstart's EZPoints-only
+settings (template, history, max_steps) give way to the env's defaults.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter
+
+import numpy as np
+
+from seed_envs.hindsight import replays_actions
+from seed_train.cli import QUICKSTART
+from seed_train.config import SeedConfig
+from seed_train.evaluate import panel_of
+from seed_train.rollout import EnvPool, group_jobs, run_episodes, sample_tasks
+from seed_train.skills import parse_skill
+from seed_train.trainer import env_spec, generate_skills, load, run_stage1
+from seed_train.vision import encode_analyzer_prompt
+
+ENV_SPECIFIC = ("template", "history", "max_steps")  # QUICKSTART's values are for EZPoints
+
+
+def config(args: argparse.Namespace) -> SeedConfig:
+    settings = {**QUICKSTART, "env_id": args.env_id, "model": args.model, "seed": args.seed,
+                "stage1_demos": args.demos, "stage1_epochs": args.epochs, "stage1_lr": args.lr,
+                "eval_before": False, "eval_after": False, "output_dir": "runs/skill_validity"}
+    if args.env_id != QUICKSTART["env_id"]:
+        for key in ENV_SPECIFIC:
+            settings.pop(key)
+    if args.skill_max_new_tokens:
+        settings["skill_max_new_tokens"] = args.skill_max_new_tokens
+    return SeedConfig.from_dict(settings)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--env-id", default=QUICKSTART["env_id"])
+    p.add_argument("--model", default=QUICKSTART["model"])
+    p.add_argument("--demos", type=int, default=QUICKSTART["stage1_demos"], help="Stage 1 demonstrations")
+    p.add_argument("--epochs", type=int, default=QUICKSTART["stage1_epochs"], help="Stage 1 epochs")
+    p.add_argument("--lr", type=float, default=QUICKSTART["stage1_lr"], help="Stage 1 learning rate")
+    p.add_argument("--rollouts", type=int, default=24, help="fresh rollouts analysed (groups of the quickstart's size)")
+    p.add_argument("--skill-max-new-tokens", type=int, default=0, help="analyzer budget (0: the quickstart's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--examples", type=int, default=6)
+    args = p.parse_args()
+    cfg = config(args)
+
+    t0 = time.perf_counter()
+    policy = load(cfg)
+    stage1 = run_stage1(policy, cfg, print)
+    policy.backend.sync_weights(policy.model)
+    stage1_s = time.perf_counter() - t0
+
+    # Fresh rollouts of train tasks (a draw of its own, apart from Stage 1's demonstration tasks).
+    spec = env_spec(cfg, cfg.train_split)
+    rng = np.random.default_rng([args.seed, 2_000_003])
+    groups = max(1, args.rollouts // cfg.group_size)
+    jobs = group_jobs(sample_tasks(panel_of(spec), groups, rng), cfg.group_size, base_seed=args.seed + 10_000,
+                      prefix="validity")
+    pool = EnvPool(spec)
+    t1 = time.perf_counter()
+    trajectories = run_episodes(policy.backend, policy.tokenizer, pool, jobs, max_new_tokens=cfg.max_new_tokens,
+                                temperature=cfg.temperature, top_p=cfg.top_p, seed=args.seed + 1)
+    pool.close()
+    rollout_s = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    skills = generate_skills(policy.backend, policy.tokenizer, trajectories, cfg, seed=args.seed + 2)
+    analyze_s = time.perf_counter() - t2
+
+    valid = [s is not None for s in skills]
+    by_outcome = Counter((t.success, ok) for t, ok in zip(trajectories, valid))
+    replays = [replays_actions(s.text, [st.action for st in t.steps])
+               for t, s in zip(trajectories, skills) if s is not None]
+    n = len(trajectories)
+    print(f"\n{cfg.env_id}  model {cfg.model}  Stage 1: {cfg.stage1_demos} demos, {cfg.stage1_epochs} epoch(s), "
+          f"lr {cfg.stage1_lr}, {stage1['stage1_pairs']} pairs, loss {stage1['stage1_loss_first']:.3f} -> "
+          f"{stage1['stage1_loss_last']:.3f}  analyzer budget {cfg.skill_max_new_tokens} tokens")
+    print(f"skill validity: {sum(valid)}/{n} = {sum(valid) / n:.0%}   (target >= 80%)")
+    for success in (True, False):
+        total = by_outcome[(success, True)] + by_outcome[(success, False)]
+        if total:
+            print(f"  after a {'success' if success else 'failure'}: {by_outcome[(success, True)]}/{total} valid")
+    print(f"rollout success: {sum(t.success for t in trajectories)}/{n}")
+    if replays:
+        print(f"valid skills that replay their episode's actions: {sum(replays)}/{len(replays)}")
+    print(f"time: load + Stage 1 {stage1_s:.0f}s, rollouts {rollout_s:.0f}s, analyzer {analyze_s:.0f}s")
+    print("\nexample skills:")
+    for t, s in [(t, s) for t, s in zip(trajectories, skills) if s is not None][: args.examples]:
+        print(f"  [{'won ' if t.success else 'lost'}] {s.text}   (summary: {s.summary})")
+    bad = [t for t, ok in zip(trajectories, valid) if not ok][:3]
+    if bad:
+        # A fresh sample of the same prompts: what an invalid answer tends to look like.
+        prompts = [encode_analyzer_prompt(policy.tokenizer, t, cfg.analyzer_images) for t in bad]
+        gens = policy.backend.generate(prompts, max_new_tokens=cfg.skill_max_new_tokens, temperature=cfg.temperature,
+                                       top_p=cfg.top_p, seed=args.seed + 3)
+        print("\ninvalid answers (re-sampled):")
+        for g in gens:
+            ok = parse_skill(g.text, cfg.skill_min_words) is not None
+            print(f"  {'(valid this time) ' if ok else ''}{g.text!r}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,474 @@
+"""``seed-train experiment``: arms x training seeds on one env, paired and resumable.
+
+    seed-train experiment --env-id seed/EZPoints-v0 --arms grpo sft-grpo seed seed-shuffled \\
+        --seeds 0 1 2 --output-dir runs/exp --iterations 4 --group-size 4
+
+Every flag but ``--arms``, ``--seeds`` and ``--splits`` sets the base config; an arm is a named set of
+overrides of it (:data:`ARMS`). The work is cut into units, each with its own folder under the
+experiment folder:
+
+    seed<S>/before/     the base model evaluated (shared by the seed's arms)
+    seed<S>/stage1/     Stage 1 once (a trainer run with 0 iterations) and its evaluation: the Stage 2
+                        start of every arm of the seed that uses Stage 1 (``stage1_from``)
+    seed<S>/<arm>/      Stage 2 from that start (``grpo``: from the base model) and its evaluation
+
+A unit's ``results.json`` is written last, so a unit with one is finished and a rerun skips it; an
+interrupted arm resumes from its last checkpoint (``run/checkpoints/iterNNNN``), an interrupted Stage 1
+restarts. Every evaluation is greedy on the full (or ``eval_limit``) panel of each split, from the saved
+policy folder, with transformers generate whatever the training backend, so all units are evaluated alike.
+
+Pairing: the arms of one seed train on the same tasks with the same rollout seeds (both come from
+``cfg.seed`` and the iteration alone) and are evaluated on the same panels, so per-task outcomes pair by
+(seed, task_id); the report pools these pairs over seeds in an exact McNemar test
+(:func:`seed_train.evaluate.mcnemar_exact`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from seed_train.config import SeedConfig
+
+# name -> (config overrides, what the arm is). Values other engineers' fields need ("shuffled_tasks",
+# "empty", opd_gate) are validated by SeedConfig when the experiment is planned.
+ARM_TABLE: dict[str, tuple[dict[str, Any], str]] = {
+    "grpo": ({"stage1_demos": 0, "opd_coef": 0.0}, "the paper's GRPO: no Stage 1, no OPD term"),
+    "sft-grpo": ({"opd_coef": 0.0}, "Stage 1, then GRPO (no OPD term)"),
+    "seed": ({"skill_source": "on_policy"}, "SEED: Stage 1, then GRPO + OPD with the policy's own skills"),
+    "seed-shuffled": ({"skill_source": "shuffled"}, "SEED with skills permuted within each group (control)"),
+    "seed-shuffled-tasks": ({"skill_source": "shuffled_tasks"}, "SEED with skills permuted across tasks (control)"),
+    "seed-empty": ({"skill_source": "empty"}, "SEED with an empty skill block (control)"),
+    "seed-constant-gate": ({"opd_gate": "constant"}, "SEED with the gate fixed at g = 1 (control)"),
+    "seed-static": ({"skill_source": "static"}, "SEED with a static skill library (needs --static-skills)"),
+    "seed-frozen": ({"skill_source": "frozen"}, "SEED with the analyzer frozen at the Stage 2 start"),
+}
+ARMS: dict[str, dict[str, Any]] = {name: overrides for name, (overrides, _) in ARM_TABLE.items()}
+DEFAULT_ARMS = ("grpo", "sft-grpo", "seed", "seed-shuffled")
+DEFAULT_SPLITS = ("unseen", "test")
+
+# Fields the experiment sets per unit (the base config's values are ignored).
+MANAGED_FIELDS = ("seed", "output_dir", "eval_before", "eval_after", "eval_after_stage1", "save_final", "resume",
+                  "stage1_from")
+# Fields that may change between a run and its rerun: they do not change what a unit computes.
+OPERATIONAL_FIELDS = ("threads", "checkpoint_every", "env_backend")
+# Metrics drawn per arm over iterations when a run logs them (others' diagnostics included as they appear).
+CURVE_KEYS = ("success", "skill_valid_rate", "opd_grad_share", "gate_adv_cov", "gate_adv_cov_context",
+              "gate_adv_cov_pooled")
+
+
+def arms_markdown() -> str:
+    """The arms table (docs/trainer.md embeds it): name, overrides, meaning."""
+    rows = ["| arm | overrides of the base config | what it is |", "|---|---|---|"]
+    for name, (overrides, meaning) in ARM_TABLE.items():
+        flags = " ".join(f"`--{k.replace('_', '-')} {v}`" for k, v in overrides.items())
+        rows.append(f"| `{name}` | {flags} | {meaning} |")
+    return "\n".join(rows)
+
+
+def uses_stage1(base: SeedConfig, arm: str) -> bool:
+    return ARMS[arm].get("stage1_demos", base.stage1_demos) > 0
+
+
+def uses_opd(base: SeedConfig, arm: str) -> bool:
+    return ARMS[arm].get("opd_coef", base.opd_coef) > 0
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One piece of work with its own folder: ``kind`` before / stage1 / arm."""
+
+    kind: str
+    seed: int
+    folder: Path
+    arm: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"seed {self.seed} " + {"before": "before training", "stage1": "Stage 1"}.get(self.kind, f"arm {self.arm}")
+
+    @property
+    def results_path(self) -> Path:
+        return self.folder / "results.json"
+
+    @property
+    def run_dir(self) -> Path:
+        """The trainer's run folder (Stage 1 and arms)."""
+        return self.folder / "run"
+
+    def done(self) -> bool:
+        return self.results_path.is_file()
+
+
+@dataclass
+class Experiment:
+    base: SeedConfig
+    arms: tuple[str, ...]
+    seeds: tuple[int, ...]
+    out: Path
+    splits: tuple[str, ...] = DEFAULT_SPLITS
+
+    # ------------------------------------------------------------------------------ planning
+    @classmethod
+    def plan(cls, base: SeedConfig, arms: Sequence[str], seeds: Sequence[int], out_dir: str | Path,
+             splits: Sequence[str] = DEFAULT_SPLITS) -> Experiment:
+        """Check everything that can be checked before any work; raises ValueError naming the arm or field."""
+        arms, seeds, splits = tuple(dict.fromkeys(arms)), tuple(dict.fromkeys(seeds)), tuple(dict.fromkeys(splits))
+        if not arms or not seeds or not splits:
+            raise ValueError("an experiment needs at least one arm, one seed and one split")
+        unknown = [a for a in arms if a not in ARMS]
+        if unknown:
+            raise ValueError(f"unknown arms {unknown}; known: {list(ARMS)}")
+        for name in ("resume", "stage1_from"):
+            if getattr(base, name):
+                raise ValueError(f"config field '{name}': the experiment manages it per unit (rerun to resume)")
+        experiment = cls(base, arms, seeds, Path(out_dir), splits)
+        for arm in arms:
+            if "stage1_demos" not in ARMS[arm] and base.stage1_demos == 0:
+                raise ValueError(f"arm {arm!r} starts from Stage 1: config field 'stage1_demos' must be > 0")
+            if "opd_coef" not in ARMS[arm] and not uses_opd(base, arm):
+                raise ValueError(f"arm {arm!r} uses the OPD term: config field 'opd_coef' must be > 0")
+            try:
+                experiment.arm_config(arm, seeds[0])
+            except ValueError as e:  # e.g. a skill source or field this version of SeedConfig lacks
+                raise ValueError(f"arm {arm!r}: {e}") from None
+        experiment.check_manifest()
+        return experiment
+
+    def common_config(self) -> dict[str, Any]:
+        """The base config less the per-unit fields: what every unit of the experiment shares."""
+        return {k: v for k, v in self.base.to_dict().items() if k not in MANAGED_FIELDS}
+
+    def check_manifest(self) -> None:
+        """A rerun must use the base config the folder was started with (arms and seeds may be added)."""
+        path = self.out / "experiment.json"
+        if not path.is_file():
+            return
+        before = json.loads(path.read_text())["config"]
+        now = self.common_config()
+        changed = sorted(k for k in set(before) | set(now)
+                         if k not in OPERATIONAL_FIELDS and before.get(k) != now.get(k))
+        if changed:
+            raise ValueError(f"{self.out} was started with other values of {changed}; finished units would mix "
+                             "configs: use those values or a new --output-dir")
+
+    def write_manifest(self) -> None:
+        path = self.out / "experiment.json"
+        old = json.loads(path.read_text()) if path.is_file() else {"arms": [], "seeds": []}
+        self.out.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({
+            "config": self.common_config(), "splits": list(self.splits),
+            "arms": list(dict.fromkeys([*old["arms"], *self.arms])),
+            "seeds": list(dict.fromkeys([*old["seeds"], *self.seeds])),
+            "overrides": {a: ARMS[a] for a in dict.fromkeys([*old["arms"], *self.arms]) if a in ARMS},
+        }, indent=1))
+
+    def units(self) -> list[Unit]:
+        """Per seed: the base model's evaluation, Stage 1 (when an arm uses it), then the arms in order."""
+        out: list[Unit] = []
+        for seed in self.seeds:
+            folder = self.out / f"seed{seed}"
+            out.append(Unit("before", seed, folder / "before"))
+            if any(uses_stage1(self.base, a) for a in self.arms):
+                out.append(Unit("stage1", seed, folder / "stage1"))
+            out += [Unit("arm", seed, folder / arm, arm) for arm in self.arms]
+        return out
+
+    def stage1_file(self, seed: int) -> Path:
+        return self.out / f"seed{seed}" / "stage1" / "run" / "checkpoints" / "stage1.safetensors"
+
+    def _unit_config(self, overrides: dict[str, Any], seed: int, run_dir: Path) -> SeedConfig:
+        data = {**self.base.to_dict(), **overrides, "seed": seed, "output_dir": str(run_dir), "eval_before": False,
+                "eval_after": False, "eval_after_stage1": False, "save_final": True, "resume": None,
+                "stage1_from": None}
+        return SeedConfig.from_dict(data)
+
+    def arm_config(self, arm: str, seed: int, *, stage1_from: str | None = None,
+                   resume: str | None = None) -> SeedConfig:
+        """The trainer config of (seed, arm): base + the arm's overrides, Stage 2 from the seed's Stage 1."""
+        cfg = self._unit_config(ARMS[arm], seed, self.out / f"seed{seed}" / arm / "run")
+        return dataclasses.replace(cfg, stage1_from=stage1_from, resume=resume) if (stage1_from or resume) else cfg
+
+    def stage1_config(self, seed: int) -> SeedConfig:
+        """Stage 1 alone: a trainer run with no Stage 2 iterations (Stage 1 reads none of the arms' overrides)."""
+        return self._unit_config({"iterations": 0}, seed, self.out / f"seed{seed}" / "stage1" / "run")
+
+    def eval_config(self, model: str | Path, seed: int) -> SeedConfig:
+        """Evaluation of a saved policy folder: the base config's env, prompt and decoding settings."""
+        return dataclasses.replace(self._unit_config({}, seed, self.out), model=str(model), lora=False,
+                                   generation_backend="hf")
+
+    # ------------------------------------------------------------------------------ running
+    def run(self, say: Callable[[str], None] = print) -> dict[str, Any]:
+        """Every unfinished unit in order (progress and ETA per unit), then the report. Returns the report."""
+        from seed_train.threads import torch_threads
+
+        self.write_manifest()
+        units = self.units()
+        started = time.perf_counter()
+        durations: dict[str, list[float]] = {}
+        with torch_threads(self.base.threads):
+            for k, unit in enumerate(units, 1):
+                head = f"[{k}/{len(units)}] {unit.label}"
+                if unit.done():
+                    say(f"{head}: finished earlier, skipped")
+                    continue
+                say(f"{head}: {self._what(unit)}")
+                t0 = time.perf_counter()
+                self.run_unit(unit, say=lambda line: say(f"    {line}"))
+                durations.setdefault(unit.kind, []).append(time.perf_counter() - t0)
+                left = [u for u in units[k:] if not u.done()]
+                say(f"{head}: done in {_clock(durations[unit.kind][-1])}; elapsed "
+                    f"{_clock(time.perf_counter() - started)}, ETA {_clock(_eta(left, durations))}")
+        return self.report()
+
+    def _what(self, unit: Unit) -> str:
+        if unit.kind == "before":
+            return f"evaluating the base model on {', '.join(self.splits)}"
+        if unit.kind == "stage1":
+            return "Stage 1, then its evaluation"
+        resume = latest_checkpoint(unit.run_dir)
+        start = "Stage 1" if uses_stage1(self.base, unit.arm) else "the base model"
+        if (unit.run_dir / "results.json").is_file():
+            return "trained earlier; evaluating"
+        return f"Stage 2 from {start}" + (f", resuming from {resume.name}" if resume else "")
+
+    def run_unit(self, unit: Unit, say: Callable[[str], None] = print) -> dict[str, Any]:
+        from seed_train.trainer import train
+
+        t0 = time.perf_counter()
+        result: dict[str, Any] = {"kind": unit.kind, "seed": unit.seed, "arm": unit.arm}
+        if unit.kind == "before":
+            model, stage = self.base.model, "before"
+        else:
+            if not (unit.run_dir / "results.json").is_file():  # the trainer writes it last: training finished
+                if unit.kind == "stage1":
+                    cfg = self.stage1_config(unit.seed)
+                else:
+                    resume = latest_checkpoint(unit.run_dir)
+                    stage1 = str(self.stage1_file(unit.seed)) if uses_stage1(self.base, unit.arm) else None
+                    cfg = self.arm_config(unit.arm, unit.seed, stage1_from=None if resume else stage1,
+                                          resume=str(resume) if resume else None)
+                if cfg.resume is None and unit.run_dir.exists():
+                    shutil.rmtree(unit.run_dir)  # an interrupted start: its logs and trajectories would be appended to
+                train(cfg, say=say)
+            result["train"] = json.loads((unit.run_dir / "results.json").read_text())
+            model, stage = unit.run_dir / "final", ("after_stage1" if unit.kind == "stage1" else "after")
+            if unit.kind == "arm":
+                result["overrides"] = ARMS[unit.arm]
+                result["start"] = "after_stage1" if uses_stage1(self.base, unit.arm) else "before"
+        result["evals"] = self.evaluate(model, unit.seed, unit.folder, stage)
+        result["seconds"] = time.perf_counter() - t0
+        tmp = unit.results_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(result, indent=1))
+        tmp.replace(unit.results_path)  # atomically: a results.json is always a whole one
+        return result
+
+    def evaluate(self, model: str | Path, seed: int, folder: Path, stage: str) -> dict[str, Any]:
+        """Greedy evaluation of a policy folder on every split: summary and per-task outcomes per split."""
+        from seed_train.evaluate import evaluate_policy, write_report
+        from seed_train.trainer import env_spec, load
+        from wrappers import read_trajectories
+
+        cfg = self.eval_config(model, seed)
+        policy = load(cfg)
+        out = {}
+        for split in self.splits:
+            name = f"eval_{stage}_{split}"
+            path = folder / f"{name}.trajectories.jsonl"
+            summary = evaluate_policy(policy.backend, policy.tokenizer, env_spec(cfg, split),
+                                      max_new_tokens=cfg.max_new_tokens, limit=cfg.eval_limit, seed=seed,
+                                      trajectories_path=path, env_backend=cfg.env_backend)
+            write_report(summary, folder, name)
+            out[split] = {"summary": summary,
+                          "tasks": {t.task_id: bool(t.success) for t in read_trajectories(path)}}
+        return out
+
+    # ------------------------------------------------------------------------------ report
+    def report(self) -> dict[str, Any]:
+        """report.json, report.md and curves_<metric>.png from the finished units; returns report.json's dict."""
+        report = build_report(self)
+        report["files"] = {"json": str(self.out / "report.json"), "markdown": str(self.out / "report.md"),
+                           "curves": [str(p) for p in plot_curves(self)]}
+        (self.out / "report.json").write_text(json.dumps(report, indent=1))
+        (self.out / "report.md").write_text(report_markdown(report) + "\n")
+        return report
+
+
+def run_experiment(base: SeedConfig, arms: Sequence[str], seeds: Sequence[int], out_dir: str | Path,
+                   splits: Sequence[str] = DEFAULT_SPLITS, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Plan (validate) and run an experiment; returns the report."""
+    return Experiment.plan(base, arms, seeds, out_dir, splits).run(say)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The run's last complete Stage 2 checkpoint (``checkpoints/iterNNNN`` with its meta.json), if any."""
+    found = sorted(p for p in (run_dir / "checkpoints").glob("iter*") if (p / "meta.json").is_file())
+    return found[-1] if found else None
+
+
+def _eta(left: Sequence[Unit], durations: dict[str, list[float]]) -> float:
+    """Remaining units times the mean duration of their kind so far (any kind's mean when none yet)."""
+    every = [d for ds in durations.values() for d in ds]
+    fallback = sum(every) / len(every) if every else 0.0
+    return sum(sum(durations[u.kind]) / len(durations[u.kind]) if durations.get(u.kind) else fallback for u in left)
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, m, s = seconds // 3600, seconds // 60 % 60, seconds % 60
+    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+# ---------------------------------------------------------------------------------- the report
+def _load(unit: Unit) -> dict[str, Any] | None:
+    return json.loads(unit.results_path.read_text()) if unit.done() else None
+
+
+def build_report(experiment: Experiment) -> dict[str, Any]:
+    """Per split: each policy's success per seed (Wilson 95% CI), mean ± sd over seeds, per-category
+    aggregates, and exact McNemar tests on per-task outcomes paired by (seed, task_id): every pair of arms,
+    and every arm against its Stage 2 start (after Stage 1; the base model for arms without Stage 1)."""
+    from seed_train.evaluate import aggregate_runs, paired_test, wilson_interval
+
+    units = experiment.units()
+    loaded = {(u.kind, u.seed, u.arm): _load(u) for u in units}
+    policies = [("before", "before", None)]
+    if any(u.kind == "stage1" for u in units):
+        policies.append(("after_stage1", "stage1", None))
+    policies += [(arm, "arm", arm) for arm in experiment.arms]
+    report: dict[str, Any] = {"env_id": experiment.base.env_id, "arms": list(experiment.arms),
+                              "seeds": list(experiment.seeds), "overrides": {a: ARMS[a] for a in experiment.arms},
+                              "unfinished": [u.label for u in units if not u.done()], "splits": {}}
+    for split in experiment.splits:
+        rows: dict[str, Any] = {}
+        outcomes: dict[str, dict[tuple[int, str], bool]] = {}
+        for name, kind, arm in policies:
+            per_seed, summaries, paired = [], [], {}
+            for seed in experiment.seeds:
+                result = loaded[(kind, seed, arm)]
+                if result is None or split not in result["evals"]:
+                    continue
+                evaluation = result["evals"][split]
+                overall = evaluation["summary"]["categories"]["all"]
+                per_seed.append({"seed": seed, "success": overall["success"], "successes": overall["successes"],
+                                 "episodes": overall["episodes"],
+                                 "ci95": list(wilson_interval(overall["successes"], overall["episodes"]))})
+                summaries.append(evaluation["summary"])
+                paired.update({(seed, task): ok for task, ok in evaluation["tasks"].items()})
+            if not per_seed:
+                continue
+            success = [r["success"] for r in per_seed]
+            rows[name] = {"per_seed": per_seed, "success_mean": sum(success) / len(success),
+                          "success_sd": _sample_sd(success), "categories": aggregate_runs(summaries)}
+            outcomes[name] = paired
+        tested = [a for a in experiment.arms if a in outcomes]
+        pairs = [{"a": a, "b": b, **paired_test(outcomes[a], outcomes[b])}
+                 for i, a in enumerate(tested) for b in tested[i + 1:]]
+        vs_start = []
+        for arm in tested:
+            start = "after_stage1" if uses_stage1(experiment.base, arm) else "before"
+            if start in outcomes:
+                vs_start.append({"a": arm, "b": start, **paired_test(outcomes[arm], outcomes[start])})
+        report["splits"][split] = {"policies": rows, "paired": pairs, "vs_start": vs_start}
+    return report
+
+
+def _sample_sd(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+POLICY_LABELS = {"before": "before training (base model)", "after_stage1": "after Stage 1"}
+
+
+def report_markdown(report: dict[str, Any]) -> str:
+    lines = [f"# Experiment: {report['env_id']}", "",
+             f"Arms: {', '.join(report['arms'])}; training seeds: {', '.join(map(str, report['seeds']))}. "
+             "Success is the greedy success rate on the split's panel; mean ± sd over training seeds; per seed "
+             "the Wilson 95% interval. Paired tests: exact McNemar on per-task outcomes paired by (seed, task), "
+             "pooled over seeds; 'A only' counts pairs only A solved. p-values are not corrected for the number "
+             "of comparisons."]
+    if report["unfinished"]:
+        lines += ["", f"**Unfinished units** (rerun the command to complete them): {', '.join(report['unfinished'])}"]
+    for split, section in report["splits"].items():
+        lines += ["", f"## {split}", "", "| policy | seeds | success mean ± sd | per seed: success [95% CI] |",
+                  "|---|---:|---|---|"]
+        for name, row in section["policies"].items():
+            per_seed = "; ".join(f"s{r['seed']} {r['success']:.3f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] "
+                                 f"(n={r['episodes']})" for r in row["per_seed"])
+            label = POLICY_LABELS.get(name, f"`{name}` after Stage 2")
+            lines.append(f"| {label} | {len(row['per_seed'])} | {row['success_mean']:.3f} ± {row['success_sd']:.3f} "
+                         f"| {per_seed} |")
+        for title, tests in (("Arm vs arm", section["paired"]), ("Arm vs its Stage 2 start", section["vs_start"])):
+            if not tests:
+                continue
+            lines += ["", f"{title} (exact McNemar):", "", "| A | B | pairs | A only | B only | both | neither | p |",
+                      "|---|---|---:|---:|---:|---:|---:|---:|"]
+            for t in tests:
+                lines.append(f"| {t['a']} | {t['b']} | {t['pairs']} | {t['a_only']} | {t['b_only']} | {t['both']} "
+                             f"| {t['neither']} | {t['p_value']:.4g} |")
+    curves = report.get("files", {}).get("curves", [])
+    if curves:
+        lines += ["", "## Curves (mean over seeds, band ± sd)", ""]
+        lines += [f"![{Path(p).stem}]({Path(p).name})" for p in curves]
+    return "\n".join(lines)
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_curves(experiment: Experiment) -> list[Path]:
+    """``curves_<metric>.png`` for each of :data:`CURVE_KEYS` some finished arm logged: per arm, the mean
+    over seeds at each iteration with a ± sd band. Returns the files written."""
+    histories = {arm: [read_metrics(u.run_dir) for u in experiment.units() if u.arm == arm and u.done()]
+                 for arm in experiment.arms}
+    keys = [k for k in CURVE_KEYS if any(k in m for runs in histories.values() for run in runs for m in run)]
+    if not keys:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    written = []
+    for key in keys:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for arm, runs in histories.items():
+            by_iteration: dict[int, list[float]] = {}
+            for run in runs:
+                for m in run:
+                    if isinstance(m.get(key), (int, float)):
+                        by_iteration.setdefault(int(m["iteration"]), []).append(float(m[key]))
+            if not by_iteration:
+                continue
+            its = sorted(by_iteration)
+            mean = [sum(by_iteration[i]) / len(by_iteration[i]) for i in its]
+            sd = [_sample_sd(by_iteration[i]) for i in its]
+            (line,) = ax.plot([i + 1 for i in its], mean, marker="o", label=arm)
+            ax.fill_between([i + 1 for i in its], [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)],
+                            color=line.get_color(), alpha=0.2)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("Stage 2 iteration")
+        ax.set_ylabel(key)
+        ax.set_title(f"{experiment.base.env_id}: {key}")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = experiment.out / f"curves_{key}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written

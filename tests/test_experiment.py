@@ -1,0 +1,244 @@
+"""seed-train experiment (arms x seeds, one shared Stage 1 per seed, paired tests, resume), the exact
+McNemar test, aggregation over runs, the after-Stage-1 evaluation and seed-eval's seeds."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import toy_env  # noqa: F401  (registers test/Echo-v0)
+import torch
+
+import seed_train.trainer as trainer
+from seed_train.config import SeedConfig
+from seed_train.evaluate import aggregate_runs, mcnemar_exact, paired_test
+from seed_train.experiment import ARMS, Experiment, arms_markdown
+from seed_train.tiny import cached_tiny_model
+from wrappers import read_trajectories
+
+
+@pytest.fixture(scope="module")
+def tiny_path():
+    return str(cached_tiny_model(seed=0))
+
+
+@pytest.fixture(autouse=True)
+def keep_torch_rng():
+    """Loading a policy seeds torch's global generator: keep it from leaking into later tests."""
+    with torch.random.fork_rng(devices=[]):
+        yield
+
+
+# ---------------------------------------------------------------------------------- statistics
+def test_mcnemar_exact_matches_known_values():
+    # Hand-computed: n = 7, P[X <= 1] = (1 + 7) / 128 -> p = 0.125; n = 5, P[X = 0] = 1/32 -> 0.0625;
+    # n = 6 split 3/3: the two tails overlap -> 1. Larger n checked against scipy.stats.binomtest (two-sided).
+    assert mcnemar_exact(1, 6) == pytest.approx(0.125)
+    assert mcnemar_exact(6, 1) == pytest.approx(0.125)
+    assert mcnemar_exact(0, 5) == pytest.approx(0.0625)
+    assert mcnemar_exact(3, 3) == 1.0 and mcnemar_exact(0, 1) == 1.0 and mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(2, 13) == pytest.approx(0.00738525390625, rel=1e-12)
+    assert mcnemar_exact(10, 25) == pytest.approx(0.016673847800120715, rel=1e-9)
+    assert mcnemar_exact(40, 60) == pytest.approx(0.05688793364098089, rel=1e-9)
+    assert mcnemar_exact(0, 1000) == pytest.approx(2.0**-999, rel=1e-12)  # integer arithmetic: no overflow/NaN
+    with pytest.raises(ValueError):
+        mcnemar_exact(-1, 3)
+
+
+def test_paired_test_counts_only_shared_keys():
+    a = {(0, "t1"): True, (0, "t2"): True, (1, "t1"): False, (1, "t2"): True, (1, "t3"): True}
+    b = {(0, "t1"): True, (0, "t2"): False, (1, "t1"): True, (1, "t2"): False, (2, "t9"): True}
+    r = paired_test(a, b)
+    assert (r["pairs"], r["both"], r["a_only"], r["b_only"], r["neither"]) == (4, 1, 2, 1, 0)
+    assert r["p_value"] == pytest.approx(1.0)  # n = 3 discordant, min 1: 2 * (1 + 3) / 8 = 1
+
+
+def _summary(rows: dict[str, tuple[int, int, float]]) -> dict:
+    cats = {}
+    for name, (wins, n, score) in rows.items():
+        cats[name] = {"episodes": n, "successes": wins, "success": wins / n, "ci95": [0.0, 1.0], "score": score,
+                      "length": 1.0, "format_error_rate": 0.0}
+    return {"categories": cats}
+
+
+def test_aggregate_runs_and_the_seed_eval_aggregate_command(tmp_path, capsys):
+    from seed_train.cli import main_eval
+
+    runs = [_summary({"sum": (2, 4, 0.5), "all": (3, 8, 0.4)}), _summary({"sum": (4, 4, 1.0), "all": (5, 8, 0.6)}),
+            _summary({"product": (1, 4, 0.25), "all": (1, 8, 0.2)})]
+    agg = aggregate_runs(runs)
+    assert list(agg) == ["product", "sum", "all"]
+    # all: 3/8, 5/8, 1/8 -> mean 0.375, sample sd 0.25
+    assert agg["all"]["success_mean"] == pytest.approx(0.375) and agg["all"]["success_sd"] == pytest.approx(0.25)
+    assert agg["sum"]["runs"] == 2 and agg["sum"]["success_mean"] == pytest.approx(0.75)
+    assert agg["product"]["runs"] == 1 and agg["product"]["success_sd"] == 0.0
+    paths = []
+    for i, s in enumerate(runs[:2]):  # a seed-eval JSON, and a trainer results.json (its 'after' is used)
+        paths.append(tmp_path / f"r{i}.json")
+        paths[-1].write_text(json.dumps(s if i == 0 else {"before": runs[2], "after": s}))
+    assert main_eval(["aggregate", *map(str, paths), "--labels", "s0", "s1", "--out", str(tmp_path / "agg")]) == 0
+    written = json.loads((tmp_path / "agg" / "aggregate.json").read_text())
+    assert written["categories"]["all"]["success_mean"] == pytest.approx(0.5)
+    assert written["categories"]["all"]["success_sd"] == pytest.approx(0.1767767, abs=1e-6)  # 3/8, 5/8
+    assert "0.500 ± 0.177" in (tmp_path / "agg" / "aggregate.md").read_text()
+    assert main_eval(["aggregate", str(paths[0]), "--labels", "a", "b"]) == 2
+
+
+# ---------------------------------------------------------------------------------- planning
+def test_arms_table_and_plan_validation(tmp_path, tiny_path):
+    assert {"grpo", "sft-grpo", "seed", "seed-shuffled", "seed-shuffled-tasks", "seed-empty", "seed-constant-gate",
+            "seed-static", "seed-frozen"} <= set(ARMS)
+    assert ARMS["grpo"] == {"stage1_demos": 0, "opd_coef": 0.0} and ARMS["sft-grpo"] == {"opd_coef": 0.0}
+    assert "| `seed-shuffled` | `--skill-source shuffled` |" in arms_markdown()
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "trainer.md").read_text(encoding="utf-8")
+    table = docs.split("<!-- arms:begin (generated: seed_train.experiment.arms_markdown) -->", 1)[1]
+    assert table.split("<!-- arms:end -->", 1)[0].strip() == arms_markdown(), "docs/trainer.md arms table is stale"
+    base = SeedConfig(env_id="test/Echo-v0", model=tiny_path, lora=False)
+    with pytest.raises(ValueError, match="arm 'seed-static'.*static_skills"):
+        Experiment.plan(base, ["seed", "seed-static"], [0], tmp_path / "x")
+    with pytest.raises(ValueError, match="arm 'seed'.*opd_coef"):
+        Experiment.plan(SeedConfig(**{**base.to_dict(), "opd_coef": 0.0}), ["grpo", "seed"], [0], tmp_path / "x")
+    with pytest.raises(ValueError, match="arm 'sft-grpo'.*stage1_demos"):
+        Experiment.plan(SeedConfig(**{**base.to_dict(), "stage1_demos": 0}), ["sft-grpo"], [0], tmp_path / "x")
+    # Every arm's overrides are values SeedConfig accepts (seed-static also needs its library file).
+    Experiment.plan(base, [a for a in ARMS if a != "seed-static"], [0], tmp_path / "all")
+    plan = Experiment.plan(base, ["grpo", "seed-frozen"], [3, 4], tmp_path / "x")
+    assert [(u.kind, u.seed, u.arm) for u in plan.units()] == [
+        ("before", 3, None), ("stage1", 3, None), ("arm", 3, "grpo"), ("arm", 3, "seed-frozen"),
+        ("before", 4, None), ("stage1", 4, None), ("arm", 4, "grpo"), ("arm", 4, "seed-frozen")]
+    cfg = plan.arm_config("seed-frozen", 4)
+    assert (cfg.skill_source, cfg.seed, cfg.eval_after, cfg.save_final) == ("frozen", 4, False, True)
+    assert plan.stage1_config(3).iterations == 0 and plan.arm_config("grpo", 3).stage1_demos == 0
+
+
+# ---------------------------------------------------------------------------------- end to end
+def _sha(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _tasks(path) -> dict[str, bool]:
+    return {t.task_id: t.success for t in read_trajectories(path)}
+
+
+def test_experiment_two_arms_two_seeds_shared_stage1_paired_and_resumable(tmp_path, tiny_path, monkeypatch, capsys):
+    """Both arms start Stage 2 from their seed's one Stage 1, see the same training tasks and seeds, the
+    report pairs their per-task outcomes, and a rerun trains nothing (or resumes an interrupted arm)."""
+    from seed_train.cli import main_train
+
+    calls = {"stage1": 0, "train": 0}
+    real_stage1, real_train = trainer.run_stage1, trainer.train
+
+    def counting_stage1(*a, **k):
+        calls["stage1"] += 1
+        return real_stage1(*a, **k)
+
+    def counting_train(*a, **k):
+        calls["train"] += 1
+        return real_train(*a, **k)
+
+    monkeypatch.setattr(trainer, "run_stage1", counting_stage1)
+    monkeypatch.setattr(trainer, "train", counting_train)
+    exp = tmp_path / "exp"
+    argv = ["experiment", "--env-id", "test/Echo-v0", "--model", tiny_path, "--no-lora", "--template", "compact",
+            "--history", "0", "--action-format", "plain", "--max-new-tokens", "4", "--skill-max-new-tokens", "8",
+            "--analyzer-retries", "0", "--stage1-demos", "4", "--stage1-epochs", "1", "--iterations", "1",
+            "--tasks-per-iteration", "2", "--group-size", "2", "--lr", "3e-3", "--kl-coef", "0", "--eval-limit", "4",
+            "--arms", "sft-grpo", "seed", "--seeds", "0", "1", "--output-dir", str(exp)]
+    assert main_train(argv) == 0
+    out = capsys.readouterr().out
+    assert "[1/8] seed 0 before training" in out and "[8/8] seed 1 arm seed: done" in out and "ETA" in out
+    assert calls == {"stage1": 2, "train": 6}  # one Stage 1 per seed; per seed: the Stage 1 run + 2 arms
+
+    for seed in (0, 1):
+        stage1 = exp / f"seed{seed}" / "stage1" / "run" / "checkpoints" / "stage1.safetensors"
+        # θ_0 of both arms: the seed's Stage 1 weights, byte for byte (the trainer copies them into each run).
+        for arm in ("sft-grpo", "seed"):
+            run = exp / f"seed{seed}" / arm / "run"
+            assert _sha(run / "checkpoints" / "stage1.safetensors") == _sha(stage1)
+            assert json.loads((run / "results.json").read_text())["stage1_from"] == str(stage1)
+        # Paired: the same training tasks, reset seeds and group ids in both arms.
+        plays = [[(t.task_id, t.seed, t.group_id) for t in read_trajectories(exp / f"seed{seed}" / arm / "run" /
+                                                                          "trajectories.jsonl")]
+                 for arm in ("sft-grpo", "seed")]
+        assert plays[0] == plays[1] and len(plays[0]) == 2 * 2
+    assert _sha(exp / "seed0" / "stage1" / "run" / "checkpoints" / "stage1.safetensors") != _sha(
+        exp / "seed1" / "stage1" / "run" / "checkpoints" / "stage1.safetensors")  # each seed its own Stage 1
+
+    report = json.loads((exp / "report.json").read_text())
+    assert set(report["splits"]) == {"unseen", "test"} and report["unfinished"] == []
+    for split in ("unseen", "test"):
+        section = report["splits"][split]
+        assert list(section["policies"]) == ["before", "after_stage1", "sft-grpo", "seed"]
+        # mean over seeds of each run's own evaluation file
+        per_run = [json.loads((exp / f"seed{s}" / "seed" / f"eval_after_{split}.json").read_text())
+                   ["categories"]["all"]["success"] for s in (0, 1)]
+        assert section["policies"]["seed"]["success_mean"] == pytest.approx(sum(per_run) / 2)
+        assert section["policies"]["seed"]["success_sd"] == pytest.approx(abs(per_run[0] - per_run[1]) / 2 ** 0.5)
+        # the paired test, recounted from the evaluation trajectories
+        (test,) = section["paired"]
+        a_only = b_only = 0
+        for s in (0, 1):
+            a = _tasks(exp / f"seed{s}" / "sft-grpo" / f"eval_after_{split}.trajectories.jsonl")
+            b = _tasks(exp / f"seed{s}" / "seed" / f"eval_after_{split}.trajectories.jsonl")
+            assert set(a) == set(b) and len(a) == 4  # the same panel
+            a_only += sum(a[t] and not b[t] for t in a)
+            b_only += sum(b[t] and not a[t] for t in a)
+        assert (test["a"], test["b"], test["pairs"], test["a_only"], test["b_only"]) == ("sft-grpo", "seed", 8, a_only,
+                                                                                        b_only)
+        assert test["p_value"] == pytest.approx(mcnemar_exact(a_only, b_only))
+        assert [(t["a"], t["b"], t["pairs"]) for t in section["vs_start"]] == [("sft-grpo", "after_stage1", 8),
+                                                                              ("seed", "after_stage1", 8)]
+    md = (exp / "report.md").read_text()
+    assert "exact McNemar" in md and "after Stage 1" in md and "| sft-grpo | seed | 8 |" in md
+    assert (exp / "curves_success.png").stat().st_size > 1000 and (exp / "curves_skill_valid_rate.png").is_file()
+
+    # A rerun skips every finished unit: nothing is trained again.
+    calls.update(stage1=0, train=0)
+    assert main_train(argv) == 0
+    assert calls == {"stage1": 0, "train": 0} and capsys.readouterr().out.count("finished earlier, skipped") == 8
+    # An arm interrupted after its checkpoint resumes from it (no Stage 1 again); the report is rebuilt.
+    arm_dir = exp / "seed1" / "seed"
+    (arm_dir / "results.json").unlink()
+    (arm_dir / "run" / "results.json").unlink()
+    assert main_train(argv) == 0
+    assert calls == {"stage1": 0, "train": 1} and "resuming from iter0000" in capsys.readouterr().out
+    assert json.loads((arm_dir / "run" / "config.json").read_text())["resume"].endswith("iter0000")
+    assert json.loads((exp / "report.json").read_text())["splits"]["test"]["paired"][0]["pairs"] == 8
+    # A different base config in the same folder is refused before any work.
+    assert main_train([*argv, "--lr", "1e-3"]) == 2
+    assert "other values of ['lr']" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------- trainer and seed-eval
+def test_train_evaluates_after_stage1_and_the_cli_prints_the_stages(tmp_path, tiny_path):
+    from seed_train.cli import stages_summary
+
+    cfg = SeedConfig(env_id="test/Echo-v0", model=tiny_path, lora=True, template="compact", history=0,
+                     action_format="plain", max_new_tokens=4, skill_max_new_tokens=8, analyzer_retries=0,
+                     stage1_demos=4, stage1_epochs=1, iterations=1, tasks_per_iteration=2, group_size=2, kl_coef=0.0,
+                     eval_limit=4, output_dir=str(tmp_path / "run"), checkpoint_every=0, save_final=False)
+    results = trainer.train(cfg, say=lambda _: None)
+    assert {"before", "after_stage1", "after", "stage1"} <= set(results)
+    assert json.loads((tmp_path / "run" / "eval_after_stage1.json").read_text()) == results["after_stage1"]
+    line = stages_summary(cfg, results)
+    assert "before" in line and line.index("after Stage 1") < line.index("after Stage 2")
+    # Starting Stage 2 from that run's Stage 1 weights (LoRA adapters): no Stage 1, the same policy.
+    again = SeedConfig(**{**cfg.to_dict(), "output_dir": str(tmp_path / "again"), "eval_before": False,
+                          "stage1_from": str(tmp_path / "run" / "checkpoints" / "stage1.safetensors")})
+    results2 = trainer.train(again, say=lambda _: None)
+    assert "stage1" not in results2 and results2["after_stage1"]["categories"] == results["after_stage1"]["categories"]
+    assert _sha(tmp_path / "again" / "checkpoints" / "stage1.safetensors") == _sha(
+        tmp_path / "run" / "checkpoints" / "stage1.safetensors")
+    with pytest.raises(ValueError, match="stage1_from"):
+        SeedConfig(stage1_from=str(tmp_path / "missing.safetensors"))
+
+
+def test_seed_eval_with_several_seeds_samples(tmp_path, tiny_path, capsys):
+    from seed_train.cli import main_eval
+
+    code = main_eval(["--model", tiny_path, "--env", "test/Echo-v0", "--split", "test", "--seeds", "0", "1",
+                      "--limit", "4", "--action-format", "plain", "--history", "0", "--out", str(tmp_path / "ev")])
+    assert code == 0 and "sampling" in capsys.readouterr().err
+    metas = [json.loads((tmp_path / "ev" / f"eval_seed{s}.json").read_text())["meta"] for s in (0, 1)]
+    assert [m["greedy"] for m in metas] == [False, False] and [m["seed"] for m in metas] == [0, 1]

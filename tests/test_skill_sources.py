@@ -1,0 +1,334 @@
+"""The skill sources (seed_train.skill_sources) and the controls' wiring: which skill text each episode
+gets, which weights the analyzer runs with, what the teacher prompt holds, and the gate diagnostics."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+import toy_env  # noqa: F401  (registers test/Echo-v0)
+
+from seed_train.config import BASELINES, SeedConfig, SetupError
+from seed_train.generation import Generation, HFGenerateBackend
+from seed_train.policy import encode_prompt
+from seed_train.rollout import EnvPool, RolloutStats, group_jobs
+from seed_train.samples import StepSample, build_samples, step_advantages
+from seed_train.skill_sources import (EmptySkills, FrozenAnalyzer, NoSkills, OnPolicyAnalyzer, ShuffledSkills,
+                                      StaticLibrary, derange_across_tasks, make_skill_source)
+from seed_train.skills import SKILL_HEADER, Skill, analyzer_prompt
+from seed_train.tiny import cached_tiny_model
+from seed_train.trainer import _play_and_score, env_spec, gate_diagnostics, load
+from wrappers import Step, Trajectory, render_prompt
+
+TASKS, GROUP = 3, 3  # three tasks, one GRPO group of three episodes each
+
+
+@pytest.fixture(scope="module")
+def tiny_path():
+    return str(cached_tiny_model(seed=0))
+
+
+def fresh_policy(tiny_path):
+    with torch.random.fork_rng(devices=[]):  # load() seeds torch; keep the global RNG as it was
+        return load(SeedConfig(model=tiny_path, lora=False))
+
+
+def cfg_for(tiny_path, **overrides) -> SeedConfig:
+    base = dict(model=tiny_path, lora=False, env_id="test/Echo-v0", template="compact", history=0,
+                action_format="plain", analyzer_retries=0, skill_max_new_tokens=8, tasks_per_iteration=TASKS,
+                group_size=GROUP, kl_coef=0.0, stage1_demos=0)
+    return SeedConfig(**{**base, **overrides})
+
+
+def marker(task: int, member: int) -> str:
+    return f"ep{task}x{member}"
+
+
+def batch() -> list[Trajectory]:
+    """TASKS groups of GROUP one-step episodes; each episode's observation names it (``epTxM``)."""
+    out = []
+    for task in range(TASKS):
+        for member in range(GROUP):
+            step = Step(index=0, observation=marker(task, member), action="up", reward=0.0)
+            out.append(Trajectory(episode_id=marker(task, member), env_id="x", task_id=f"task{task}", task="Say it.",
+                                  category=f"cat{task}", split="train", group_id=f"g{task}",
+                                  steps=[step]).finish(success=False, score=0.0))
+    return out
+
+
+def skill_marker(skill: Skill) -> str:
+    return re.search(r"ep\d+x\d+", skill.text).group(0)
+
+
+class SnapshotBackend:
+    """A generation backend with its own copy of the weights, taken at ``sync_weights`` (as the vLLM engine
+    keeps one). It answers every analyzer prompt with a valid skill naming the episode the prompt shows,
+    and records which weights each generate call ran with."""
+
+    def __init__(self, tokenizer, model):
+        self.tokenizer = tokenizer
+        self.generated_with: list[dict[str, torch.Tensor]] = []
+        self.sync_weights(model)
+
+    def sync_weights(self, model) -> None:
+        self.weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    def generate(self, prompts, **_):
+        self.generated_with.append(self.weights)
+        out = []
+        for p in prompts:
+            shown = re.search(r"saw: (ep\d+x\d+)", self.tokenizer.decode(p)).group(1)
+            text = json.dumps({"episode_summary": "x", "episode_skill": f"Remember what {shown} showed the agent"})
+            out.append(Generation(list(p), [0], [0.0], text, True))
+        return out
+
+
+def same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def state(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def big_update(model) -> None:
+    """One SGD step at lr 50 on a fixed sequence: θ_k far from θ_0 (no randomness involved)."""
+    ids = torch.arange(3, 40)[None, :]
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=50.0)
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    model.eval()
+
+
+# ---------------------------------------------------------------------------------- which skill text
+def test_on_policy_gives_each_episode_the_analyzers_skill_for_it(tiny_path):
+    policy = fresh_policy(tiny_path)
+    policy.backend = SnapshotBackend(policy.tokenizer, policy.model)
+    source = make_skill_source(cfg_for(tiny_path), policy.model)
+    assert isinstance(source, OnPolicyAnalyzer) and source.produces_skills
+    trajs = batch()
+    skills = source.skills(trajs, policy, seed=0)
+    assert [skill_marker(s) for s in skills] == [t.episode_id for t in trajs]
+
+
+def test_shuffled_gives_another_member_of_the_same_group(tiny_path):
+    policy = fresh_policy(tiny_path)
+    policy.backend = SnapshotBackend(policy.tokenizer, policy.model)
+    source = make_skill_source(cfg_for(tiny_path, skill_source="shuffled"), policy.model)
+    assert isinstance(source, ShuffledSkills) and source.kind == "shuffled"
+    trajs = batch()
+    donors = [skill_marker(s) for s in source.skills(trajs, policy, seed=3)]
+    by_id = {t.episode_id: t for t in trajs}
+    for t, donor in zip(trajs, donors):
+        assert donor != t.episode_id and by_id[donor].group_id == t.group_id
+    for g in range(TASKS):  # a permutation within each group: every skill used once
+        assert sorted(donors[g * GROUP:(g + 1) * GROUP]) == [marker(g, m) for m in range(GROUP)]
+
+
+def test_shuffled_tasks_gives_a_skill_from_a_different_task(tiny_path):
+    policy = fresh_policy(tiny_path)
+    policy.backend = SnapshotBackend(policy.tokenizer, policy.model)
+    source = make_skill_source(cfg_for(tiny_path, skill_source="shuffled_tasks"), policy.model)
+    assert isinstance(source, ShuffledSkills) and source.kind == "shuffled_tasks"
+    trajs = batch()
+    by_id = {t.episode_id: t for t in trajs}
+    for seed in range(5):
+        donors = [by_id[skill_marker(s)] for s in source.skills(trajs, policy, seed=seed)]
+        assert all(d.task_id != t.task_id for t, d in zip(trajs, donors))
+        # a derangement of the task ids: each task's episodes draw from one other task, each task donates once
+        source_task = {t.task_id: {d.task_id for tt, d in zip(trajs, donors) if tt.task_id == t.task_id} for t in trajs}
+        assert all(len(v) == 1 for v in source_task.values())
+        assert sorted(next(iter(v)) for v in source_task.values()) == sorted(source_task)
+        assert len({d.episode_id for d in donors}) == len(trajs)  # equal task sizes: every skill used once
+
+
+def test_shuffled_tasks_needs_two_tasks():
+    skills = [Skill("", f"rule {i}") for i in range(3)]
+    with pytest.raises(SetupError, match="skill_source"):
+        derange_across_tasks(skills, ["t", "t", "t"], np.random.default_rng(0))
+    with pytest.raises(ValueError, match="skill_source"):
+        SeedConfig(skill_source="shuffled_tasks", tasks_per_iteration=1)
+    # unequal task sizes: still always another task's skill (None entries travel like any other)
+    out = derange_across_tasks([skills[0], None, skills[2]], ["a", "b", "b"], np.random.default_rng(1))
+    assert out[0] is None or out[0] is skills[2]
+    assert out[1] is skills[0] and out[2] is skills[0]
+
+
+def test_static_gives_the_library_entry_by_category(tiny_path, tmp_path):
+    lib = tmp_path / "skills.json"
+    lib.write_text(json.dumps({"cat1": "Say the word you are shown and nothing else.",
+                               "default": "Read the task line first, then act on it."}))
+    source = make_skill_source(cfg_for(tiny_path, skill_source="static", static_skills=str(lib)))
+    assert isinstance(source, StaticLibrary)
+    texts = [s.text for s in source.skills(batch(), policy=None, seed=0)]
+    assert texts == ["Read the task line first, then act on it."] * GROUP + [
+        "Say the word you are shown and nothing else."] * GROUP + ["Read the task line first, then act on it."] * GROUP
+    lib.write_text(json.dumps(["not", "a", "mapping"]))
+    with pytest.raises(SetupError, match="static_skills"):
+        make_skill_source(cfg_for(tiny_path, skill_source="static", static_skills=str(lib)))
+
+
+def test_empty_skill_teacher_prompt_is_the_student_prompt_plus_the_header(tiny_path):
+    policy = fresh_policy(tiny_path)
+    source = make_skill_source(cfg_for(tiny_path, skill_source="empty"))
+    assert isinstance(source, EmptySkills)
+    parts = {"intro": "", "task": "Repeat the word you are shown.", "observation": "Say: up",
+             "admissible": ["up", "down"], "format": "Reply with the word.", "history": [], "step": 0,
+             "insert_after_task": "", "template": {}}
+    student = render_prompt(parts)
+    step = Step(index=0, observation="Say: up", action="up", reward=0.0, prompt=student, prompt_parts=parts,
+                prompt_token_ids=encode_prompt(policy.tokenizer, student), response_token_ids=[5, 6],
+                response_logprobs=[-1.0, -2.0])
+    traj = Trajectory(episode_id="e", env_id="x", task_id="t", task=parts["task"], category="c", split="train",
+                      group_id="g", steps=[step]).finish(success=True, score=1.0)
+    skills = source.skills([traj], policy, seed=0)
+    assert skills == [Skill("", "")]
+    (sample,) = build_samples([traj], [[0.0]], skills, policy.tokenizer)
+    head, tail = student.split("\n\n", 1)  # the task paragraph, then the rest
+    assert sample.teacher_prompt_ids == encode_prompt(policy.tokenizer, f"{head}\n\n{SKILL_HEADER}\n\n{tail}")
+    assert sample.prompt_ids == encode_prompt(policy.tokenizer, student)
+
+
+@pytest.mark.parametrize("overrides", [{"skill_source": "none"}, {"opd_coef": 0.0}, {"opd_coef": 0.0, "skill_source": "empty"}])
+def test_no_skills_means_no_teacher_pass(tiny_path, overrides):
+    policy = fresh_policy(tiny_path)
+    cfg = cfg_for(tiny_path, max_new_tokens=4, **overrides)
+    source = make_skill_source(cfg, policy.model)
+    assert isinstance(source, NoSkills) and not source.produces_skills
+    pool = EnvPool(env_spec(cfg, "train"))
+    try:
+        jobs = group_jobs(["echo/train/0000", "echo/train/0001"], 2, base_seed=1, prefix="it0")
+        played = _play_and_score(policy, cfg, pool, jobs, np.random.default_rng(0), RolloutStats(), source)
+    finally:
+        pool.close()
+    assert played.skills == [None] * 4 and all(t.meta["skill"] is None for t in played.trajectories)
+    assert played.scored["teacher_logprobs"] is None
+    assert played.samples and all(s.teacher_prompt_ids is None for s in played.samples)
+    assert gate_diagnostics(played.samples, played.scored, cfg) == {}
+    assert set(played.times) == {"rollout_s", "analyze_s", "score_s"}
+
+
+def test_empty_skill_runs_the_teacher_pass(tiny_path):
+    policy = fresh_policy(tiny_path)
+    cfg = cfg_for(tiny_path, max_new_tokens=4, skill_source="empty")
+    pool = EnvPool(env_spec(cfg, "train"))
+    try:
+        jobs = group_jobs(["echo/train/0000", "echo/train/0001"], 2, base_seed=1, prefix="it0")
+        played = _play_and_score(policy, cfg, pool, jobs, np.random.default_rng(0), RolloutStats(),
+                                 make_skill_source(cfg))
+    finally:
+        pool.close()
+    assert [t.meta["skill"] for t in played.trajectories] == [""] * 4
+    assert played.scored["teacher_logprobs"] is not None
+    assert all(s.teacher_prompt_ids is not None for s in played.samples)
+    assert {"gate_adv_cov_pooled", "gate_adv_cov_context"} == set(gate_diagnostics(played.samples, played.scored, cfg))
+
+
+# ---------------------------------------------------------------------------------- which weights
+def test_frozen_analyzes_with_theta0_on_a_backend_with_its_own_weights(tiny_path):
+    """As with vLLM: the backend holds a copy of the weights, so the frozen source must sync θ_0 into it."""
+    policy = fresh_policy(tiny_path)
+    theta0 = state(policy.model)
+    frozen = make_skill_source(cfg_for(tiny_path, skill_source="frozen"), policy.model)
+    on_policy = make_skill_source(cfg_for(tiny_path), policy.model)
+    assert isinstance(frozen, FrozenAnalyzer)
+    big_update(policy.model)
+    theta_k = state(policy.model)
+    assert not same_weights(theta0, theta_k)
+    policy.backend = SnapshotBackend(policy.tokenizer, policy.model)  # the iteration's sync: the engine has θ_k
+    frozen.skills(batch(), policy, seed=0)
+    assert same_weights(policy.backend.generated_with[-1], theta0)
+    assert same_weights(state(policy.model), theta_k)  # the model has θ_k back ...
+    assert same_weights(policy.backend.weights, theta_k)  # ... and so has the engine
+    on_policy.skills(batch(), policy, seed=0)
+    assert same_weights(policy.backend.generated_with[-1], theta_k)
+
+
+class LogitRecorder(HFGenerateBackend):
+    """The HF backend, recording the next-token logits of the first prompt at every generate call."""
+
+    def generate(self, prompts, **kwargs):
+        with torch.no_grad():
+            self.logits = self.model(input_ids=torch.tensor([list(prompts[0])])).logits[0, -1].clone()
+        return super().generate(prompts, **kwargs)
+
+
+def test_frozen_analyzer_logits_are_theta0s_and_on_policy_thetaks(tiny_path):
+    policy = fresh_policy(tiny_path)
+    theta0_model = copy.deepcopy(policy.model)
+    frozen = make_skill_source(cfg_for(tiny_path, skill_source="frozen"), policy.model)
+    big_update(policy.model)
+    policy.backend = LogitRecorder(policy.model, policy.tokenizer)
+    prompt = torch.tensor([encode_prompt(policy.tokenizer, analyzer_prompt(batch()[0]))])  # the first analyzer prompt
+    with torch.no_grad():
+        at_theta0 = theta0_model(input_ids=prompt).logits[0, -1]
+        at_theta_k = policy.model(input_ids=prompt).logits[0, -1]
+    assert not torch.allclose(at_theta0, at_theta_k, atol=1e-3)
+    frozen.skills(batch(), policy, seed=0)
+    torch.testing.assert_close(policy.backend.logits, at_theta0)
+    OnPolicyAnalyzer(cfg_for(tiny_path)).skills(batch(), policy, seed=0)
+    torch.testing.assert_close(policy.backend.logits, at_theta_k)
+
+
+# ---------------------------------------------------------------------------------- diagnostics and config
+def test_gate_diagnostics_use_group_and_step_as_the_context(tiny_path):
+    # three one-token samples: (group 0, step 0, A +1), (group 0, step 0, A -1), (group 0, step 1, A +1);
+    # old log-prob 0, teacher log-probs a, b, c, beta 1: gates sigma(a), sigma(b), sigma(c).
+    a, b, c = 0.5, -1.0, 2.0
+    samples = [StepSample([1], [5], [0.0], adv, [1], episode=e, step=k, group=0)
+               for e, (adv, k) in enumerate([(1.0, 0), (-1.0, 0), (1.0, 1)])]
+    scored = {"teacher_logprobs": torch.tensor([[a], [b], [c]]), "ref_logprobs": None}
+    sig = [1 / (1 + math.exp(-x)) for x in (a, b, c)]
+    out = gate_diagnostics(samples, scored, cfg_for(tiny_path, opd_beta=1.0))
+    # context (0, 0): population covariance of gates [sig a, sig b] with advantages [1, -1]; (0, 1) is alone
+    assert out["gate_adv_cov_context"] == pytest.approx((sig[0] - sig[1]) / 2, abs=1e-6)
+    adv = [1.0, -1.0, 1.0]
+    pooled = sum((g - sum(sig) / 3) * (x - sum(adv) / 3) for g, x in zip(sig, adv)) / 3
+    assert out["gate_adv_cov_pooled"] == pytest.approx(pooled, abs=1e-6)
+    constant = gate_diagnostics(samples, scored, cfg_for(tiny_path, opd_gate="constant"))
+    assert constant == {"gate_adv_cov_pooled": 0.0, "gate_adv_cov_context": 0.0}  # g = 1: no covariance
+
+
+def test_build_samples_records_the_group_of_each_step(tiny_path):
+    policy = fresh_policy(tiny_path)
+    trajs = batch()
+    for t in trajs:
+        t.steps[0].prompt_token_ids, t.steps[0].response_token_ids, t.steps[0].response_logprobs = [1, 2], [3], [-1.0]
+    samples = build_samples(trajs, step_advantages(trajs), [None] * len(trajs), policy.tokenizer)
+    assert [(s.group, s.step) for s in samples] == [(g, 0) for g in range(TASKS) for _ in range(GROUP)]
+
+
+def test_paper_defaults_baselines_and_validation(tmp_path):
+    cfg = SeedConfig()
+    assert (cfg.group_stats, cfg.format_penalty_on, cfg.reward_mode, cfg.dual_clip_c, cfg.opd_gate) == (
+        "steps", "step", "success", 3.0, "sigmoid")
+    grpo, sft_grpo, seed = cfg.arm("GRPO"), cfg.arm("SFT+GRPO"), cfg.arm("SEED")
+    assert (grpo.stage1_demos, grpo.opd_coef) == (0, 0.0)
+    assert (sft_grpo.stage1_demos, sft_grpo.opd_coef) == (cfg.stage1_demos, 0.0) and sft_grpo.stage1_demos > 0
+    assert seed == cfg and set(BASELINES) == {"GRPO", "SFT+GRPO", "SEED"}
+    with pytest.raises(ValueError, match="stage1_demos"):
+        SeedConfig(stage1_demos=0).arm("SFT+GRPO")
+    for kwargs, name in [({"dual_clip_c": 1.0}, "dual_clip_c"), ({"opd_gate": "step"}, "opd_gate"),
+                         ({"group_stats": "tokens"}, "group_stats"), ({"format_penalty_on": "token"}, "format_penalty_on"),
+                         ({"reward_mode": "dense"}, "reward_mode")]:
+        with pytest.raises(ValueError, match=name):
+            SeedConfig(**kwargs)
+    assert SeedConfig(dual_clip_c=0.0).dual_clip_c == 0.0  # 0 disables
+
+
+def test_env_spec_passes_the_reward_mode_unless_env_kwargs_sets_it(tiny_path):
+    spec = env_spec(cfg_for(tiny_path), "train")
+    assert spec.env_kwargs["reward_mode"] == "success"
+    assert env_spec(cfg_for(tiny_path, env_kwargs={"reward_mode": "env"}), "train").env_kwargs["reward_mode"] == "env"
+    assert env_spec(cfg_for(tiny_path, reward_mode="env"), "train").env_kwargs["reward_mode"] == "env"
+    env = gym.make(spec.env_id, split="train", **spec.env_kwargs)
+    _, info = env.reset(options={"task_id": "echo/train/0000"})  # word "up"
+    assert env.step("up")[1] == 10.0  # SEED's success reward
+    env.close()
