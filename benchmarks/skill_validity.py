@@ -1,7 +1,7 @@
 """Skill validity after Stage 1: how often the policy's own skills are valid on fresh rollouts.
 
     OMP_NUM_THREADS=2 nice python benchmarks/skill_validity.py [--env-id seed/EZPoints-v0] [--demos 24]
-        [--epochs 1] [--lr 5e-4] [--rollouts 24] [--model smollm2-135m] [--seed 0]
+        [--epochs 1] [--lr 5e-4] [--rollouts 24] [--analyzer-retries 0] [--model smollm2-135m] [--seed 0]
 
 Runs Stage 1 with the trainer's own pieces (``seed_train.trainer.load`` and ``run_stage1``; defaults:
 the quickstart's settings, ``seed_train.cli.QUICKSTART``), then plays fresh rollouts of train tasks
@@ -41,6 +41,8 @@ def config(args: argparse.Namespace) -> SeedConfig:
             settings.pop(key)
     if args.skill_max_new_tokens:
         settings["skill_max_new_tokens"] = args.skill_max_new_tokens
+    if args.analyzer_retries is not None:
+        settings["analyzer_retries"] = args.analyzer_retries
     return SeedConfig.from_dict(settings)
 
 
@@ -53,6 +55,8 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=QUICKSTART["stage1_lr"], help="Stage 1 learning rate")
     p.add_argument("--rollouts", type=int, default=24, help="fresh rollouts analysed (groups of the quickstart's size)")
     p.add_argument("--skill-max-new-tokens", type=int, default=0, help="analyzer budget (0: the quickstart's)")
+    p.add_argument("--analyzer-retries", type=int, default=None,
+                   help="new samples for an invalid skill (default: the quickstart's; DESIGN.md's SEED default is 2)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--examples", type=int, default=6)
     args = p.parse_args()
@@ -87,7 +91,8 @@ def main() -> None:
     n = len(trajectories)
     print(f"\n{cfg.env_id}  model {cfg.model}  Stage 1: {cfg.stage1_demos} demos, {cfg.stage1_epochs} epoch(s), "
           f"lr {cfg.stage1_lr}, {stage1['stage1_pairs']} pairs, loss {stage1['stage1_loss_first']:.3f} -> "
-          f"{stage1['stage1_loss_last']:.3f}  analyzer budget {cfg.skill_max_new_tokens} tokens")
+          f"{stage1['stage1_loss_last']:.3f}  analyzer budget {cfg.skill_max_new_tokens} tokens, "
+          f"{cfg.analyzer_retries} retries")
     print(f"skill validity: {sum(valid)}/{n} = {sum(valid) / n:.0%}   (target >= 80%)")
     for success in (True, False):
         total = by_outcome[(success, True)] + by_outcome[(success, False)]

@@ -150,10 +150,12 @@ def sft_train(model, pairs: Sequence[SFTPair], *, lr: float, epochs: int, batch_
             count = sum_over_ranks(sum(len(p.response_ids) for p in batch)) / info.world_size
             optimizer.zero_grad(set_to_none=True)
             if batch:
-                prompts = [p.prompt_ids for p in batch]  # shared heads (system prompt, task) run once per batch
+                # Shared heads (system prompt, task) run once per batch; not under FSDP/ZeRO, whose forwards
+                # are collectives that every rank must run the same number of times.
+                prompts = [p.prompt_ids for p in batch]
                 logprobs, mask = response_logprobs(model, prompts, [p.response_ids for p in batch],
                                                    batch_size=batch_size, grad=True,
-                                                   prefix_groups=auto_prefix_groups(prompts))
+                                                   prefix_groups=None if layout.lockstep else auto_prefix_groups(prompts))
                 loss = -masked_token_mean(logprobs, mask, count)
                 layout.backward(loss)
                 value = float(loss.detach())

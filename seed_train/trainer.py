@@ -137,11 +137,13 @@ def update_policy(model, optimizer, samples: Sequence[StepSample], scored: dict,
             if batch:
                 # Samples share prompt heads (system prompt, task, ...): each shared head runs once, gradients
                 # included (the same gradients as one forward per sample; tests/test_prefix_generation.py).
+                # Not under FSDP/ZeRO: there every forward is a collective, and the number of forwards of a
+                # grouped batch depends on its rows, so ranks would wait for each other forever.
                 prompts = [s.prompt_ids for s in batch]
                 logprobs, mask = response_logprobs(model, prompts, [s.response_ids for s in batch],
                                                    batch_size=cfg.minibatch_size, grad=True,
                                                    temperature=logprob_temperature(cfg),
-                                                   prefix_groups=auto_prefix_groups(prompts))
+                                                   prefix_groups=None if layout.lockstep else auto_prefix_groups(prompts))
                 rows = _rows(idx, mask.shape[1], device)
                 loss, stats = seed_loss(
                     logprobs, rows(tensors["old_logprobs"]), rows(tensors["advantages"]), mask,

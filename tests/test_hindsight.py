@@ -13,6 +13,7 @@ import importlib
 import importlib.metadata
 import json
 import re
+from collections.abc import Sequence
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -26,7 +27,7 @@ from seed_envs.hindsight import (AVOID, GENERIC_RULES, GENERIC_SUMMARIES, WORKFL
 from seed_train.cli import QUICKSTART
 from seed_train.config import ENV_DEFAULTS, SeedConfig
 from seed_train.rollout import EnvSpec
-from seed_train.skills import analyzer_prompt, episode_record, parse_skill, rule_based_skill
+from seed_train.skills import Skill, analyzer_prompt, episode_record, parse_skill, rule_based_skill
 from seed_train.stage1 import collect_demonstrations, format_response, sft_pairs
 from wrappers import Trajectory
 
@@ -84,8 +85,9 @@ def kind_of(t: Trajectory) -> str:
     return seed_envs.hindsight_rule_for(t.env_id)(episode_record(t)).kind
 
 
-def check_not_replay(t: Trajectory, forbidden: list[str] = ()) -> None:
-    """The checks every annotated episode must pass; ``forbidden``: task-specific strings (lower case)."""
+def check_not_replay(t: Trajectory, forbidden: Sequence[str] = ()) -> Skill:
+    """The checks every annotated episode must pass; ``forbidden``: the task's own values (names, cards,
+    options), which must not appear as words in the skill."""
     skill = rule_based_skill(t)
     actions = [s.action for s in t.steps]
     assert parse_skill(skill.to_json(), MIN_WORDS) == skill, skill
