@@ -48,7 +48,7 @@ QUICKSTART = {
 def _parser_train(sub) -> None:
     p = sub.add_parser("train", help="run SEED (or a baseline) from a config and flags")
     SeedConfig.add_arguments(p)
-    p = sub.add_parser("quickstart", help="the main job on the embedded default model (~10 min on 2 CPU cores)")
+    p = sub.add_parser("quickstart", help="the main job on the embedded default model (~3-5 min on 2 CPU cores)")
     SeedConfig.add_arguments(p)
     from seed_train.experiment import ARMS, DEFAULT_ARMS, DEFAULT_SPLITS
 
