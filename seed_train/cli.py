@@ -129,13 +129,18 @@ def main_experiment(args) -> int:
     return 0
 
 
-def main_compare(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="seed-eval compare",
-                                description="put two or more evaluation results side by side (markdown + bar chart)")
+def _result_files_parser(prog: str, description: str, out: str, out_help: str) -> argparse.ArgumentParser:
+    """The arguments ``seed-eval compare`` and ``seed-eval aggregate`` share: result files, labels, --out."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("results", nargs="+", help="result JSON files (seed-eval's, or a run's results.json: its 'after')")
     p.add_argument("--labels", nargs="+", default=None, help="one name per file (default: file names)")
-    p.add_argument("--out", default="runs/compare", help="folder for compare.md and compare.png")
-    args = p.parse_args(argv)
+    p.add_argument("--out", default=out, help=out_help)
+    return p
+
+
+def main_compare(argv: list[str]) -> int:
+    args = _result_files_parser("seed-eval compare", "put two or more evaluation results side by side (markdown + bar chart)",
+                                "runs/compare", "folder for compare.md and compare.png").parse_args(argv)
     from seed_train.reports import write_comparison
 
     try:
@@ -149,12 +154,9 @@ def main_compare(argv: list[str]) -> int:
 
 
 def main_aggregate(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="seed-eval aggregate",
-                                description="mean ± sd over training runs (e.g. seeds) of the same evaluation, per category")
-    p.add_argument("results", nargs="+", help="result JSON files (seed-eval's, or a run's results.json: its 'after')")
-    p.add_argument("--labels", nargs="+", default=None, help="one name per file (default: file names)")
-    p.add_argument("--out", default="runs/aggregate", help="folder for aggregate.json and aggregate.md")
-    args = p.parse_args(argv)
+    args = _result_files_parser("seed-eval aggregate",
+                                "mean ± sd over training runs (e.g. seeds) of the same evaluation, per category",
+                                "runs/aggregate", "folder for aggregate.json and aggregate.md").parse_args(argv)
     from seed_train.evaluate import aggregate_markdown, aggregate_runs
     from seed_train.reports import load_summary, run_labels
 
