@@ -136,7 +136,7 @@ def update_policy(model, optimizer, samples: Sequence[StepSample], scored: dict,
             optimizer.zero_grad(set_to_none=True)
             if batch:
                 # Samples share prompt heads (system prompt, task, ...): each shared head runs once, gradients
-                # included (the same gradients as one forward per sample; tests/test_prefix_generation.py).
+                # included (the same gradients as one forward per sample; tests/test_policy.py).
                 # Not under FSDP/ZeRO: there every forward is a collective, and the number of forwards of a
                 # grouped batch depends on its rows, so ranks would wait for each other forever.
                 prompts = [s.prompt_ids for s in batch]
