@@ -50,9 +50,9 @@ from seed_train.rollout import EnvPool, EnvSpec, RolloutStats, group_jobs, run_e
 
 SETTINGS = {
     "quickstart": dict(env_id="seed/EZPoints-v0", template="compact", history=0),
-    "long": dict(env_id="seed/EZPoints-v0", template="ezpoints", history=2),
+    "long": dict(env_id="seed/EZPoints-v0", template=None, history=2),  # None: the env's own prompt
     "compact-h2": dict(env_id="seed/EZPoints-v0", template="compact", history=2),
-    "sokoban": dict(env_id="seed/Sokoban-v0", template="sokoban", history=2),
+    "sokoban": dict(env_id="seed/Sokoban-v0", template=None, history=2),
 }
 PATHS = {"plain": dict(prefix_sharing=False), "shared": dict(turn_reuse=False), "reuse": {}}
 

@@ -7,12 +7,18 @@ selection, the ``info`` keys, junk-action handling and rendering. A concrete env
 
 Episode length is *not* enforced here: :func:`make_with_time_limit` wraps the env in gymnasium's
 ``TimeLimit(max_steps)``, which is what ``gym.make`` returns for every registered id.
+
+What an *agent* needs to play an env (prompt wording, history length, step budget, answer format, tool
+verbs) is declared here too, as data: :class:`AgentDefaults`, the class attribute ``agent_defaults``.
+The agent-side stack (``wrappers.make_agent_env``, ``PromptRenderer``) reads it duck-typed, so this
+package never imports ``wrappers``.
 """
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -64,6 +70,40 @@ class Outcome:
     feedback: str = ""
 
 
+@dataclass(frozen=True)
+class ToolVerb:
+    """One action verb an agent may call as a tool: ``action`` is a format string over ``args``
+    (argument name -> description), e.g. ``ToolVerb("open", "Open a receptacle.", "open {receptacle}",
+    {"receptacle": "e.g. 'fridge 1'"})``."""
+
+    name: str
+    description: str
+    action: str
+    args: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AgentDefaults:
+    """How an agent plays this env unless told otherwise: data, read by the agent-side stack.
+
+    ``prompt`` holds ``wrappers.PromptTemplate`` fields (``intro``, ``task_header``, ``history_header``,
+    ``step_format``, ``observation_header``, ``admissible_header``); fields left out keep the generic
+    template's text. ``max_steps`` is the *agent's* step budget (the ``max_steps`` the trainer and the
+    adapters pass to ``gym.make``); None means the env's own ``default_max_steps``. ``tool_verbs`` are
+    the env's actions as typed tools (TRL's tool calling); empty means one generic ``act(action)``.
+    """
+
+    prompt: Mapping[str, str] = field(default_factory=dict)
+    history: int = 2
+    max_steps: int | None = None
+    action_format: str = "tags"
+    tool_verbs: tuple[ToolVerb, ...] = ()
+
+
+#: The sentence that tells an agent to pick from the listed actions (envs that list admissible actions).
+ACT_BY_ADMISSIBLE = "Each step, choose one of the admissible actions listed below."
+
+
 def quote_action(action: str) -> str:
     """A bad action quoted back to the agent, shortened so a huge string never floods the prompt."""
     short = action if len(action) <= MAX_ACTION_ECHO else action[:MAX_ACTION_ECHO] + "..."
@@ -110,6 +150,8 @@ class SeedEnv(gym.Env[dict, str]):
     image_shape: tuple[int, int] | None = None
     #: Default episode length (``TimeLimit``) when ``max_steps`` is not given.
     default_max_steps: ClassVar[int] = 50
+    #: How an agent plays this env by default (prompt, history, step budget, answer format, tools).
+    agent_defaults: ClassVar[AgentDefaults] = AgentDefaults()
 
     def __init__(
         self,
@@ -290,6 +332,20 @@ class SeedEnv(gym.Env[dict, str]):
         return None
 
 
+#: The contract's constructor arguments (``split``, ``obs_mode``, ``max_steps``, ``data_dir``,
+#: ``reward_mode``, ``render_mode``) and their defaults, as :class:`SeedEnv` declares them. A concrete env
+#: takes them as ``**contract`` and passes them on to ``super().__init__(**contract)`` unrestated.
+CONTRACT_DEFAULTS: dict[str, Any] = {
+    name: p.default for name, p in inspect.signature(SeedEnv.__init__).parameters.items() if p.kind is p.KEYWORD_ONLY
+}
+
+
+def contract_arg(contract: Mapping[str, Any], name: str) -> Any:
+    """Contract argument ``name`` as :class:`SeedEnv` will see it (given, else its default), for an env
+    that needs it before calling ``super().__init__(**contract)``."""
+    return contract.get(name, CONTRACT_DEFAULTS[name])
+
+
 def make_with_time_limit(env_cls: type[SeedEnv], **kwargs: Any) -> gym.Env:
     """Build ``env_cls(**kwargs)`` wrapped in gymnasium's ``TimeLimit(max_steps)``.
 
@@ -298,3 +354,20 @@ def make_with_time_limit(env_cls: type[SeedEnv], **kwargs: Any) -> gym.Env:
     """
     env = env_cls(**kwargs)
     return TimeLimit(env, max_episode_steps=env.max_steps)
+
+
+def time_limited(env_cls: type[SeedEnv]) -> Callable[..., gym.Env]:
+    """The registered entry point of ``env_cls``: ``make(**kwargs)`` = :func:`make_with_time_limit`.
+
+    It carries ``env_cls.agent_defaults`` as an attribute, so an agent's defaults are read from the
+    registry's entry point without building the env (``wrappers.stack.agent_defaults``).
+    """
+
+    def make(**kwargs: Any) -> gym.Env:
+        return make_with_time_limit(env_cls, **kwargs)
+
+    make.__doc__ = f"Entry point of {env_cls.__name__}: the env inside gymnasium's ``TimeLimit``."
+    make.__qualname__ = make.__name__ = "make"
+    make.__module__ = env_cls.__module__
+    make.agent_defaults = env_cls.agent_defaults  # type: ignore[attr-defined]
+    return make

@@ -233,7 +233,8 @@ def main_eval(argv: list[str] | None = None) -> int:
     p = OneLineErrorParser(prog="seed-eval", description="evaluate a policy on a split's full panel",
                            epilog="seed-eval compare A.json B.json [...] --out DIR: results side by side; "
                                   "seed-eval aggregate A.json B.json [...] --out DIR: mean ± sd over runs")
-    p.add_argument("--model", required=True, help="local HF model folder (or smollm2-135m)")
+    p.add_argument("--model", required=True, help="local HF model folder (or smollm2-135m); with --endpoint, "
+                                                  "the model name the server knows")
     p.add_argument("--env", required=True, help="registered env id")
     p.add_argument("--split", default="unseen")
     p.add_argument("--seeds", type=int, nargs="+", default=[0],
@@ -249,7 +250,15 @@ def main_eval(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0,
                    help="torch CPU threads; 0 = the CPUs this process may use, less those other processes keep busy")
+    g = p.add_argument_group("a model behind an OpenAI-compatible endpoint (docs/endpoints.md)")
+    g.add_argument("--endpoint", default=None, help="API root, e.g. http://127.0.0.1:8080/v1 (instead of a local model)")
+    g.add_argument("--api-key-env", default=None, help="environment variable holding the key (default OPENAI_API_KEY)")
+    g.add_argument("--concurrency", type=int, default=4, help="tasks played at once against the endpoint")
+    g.add_argument("--timeout", type=float, default=60.0, help="seconds per request attempt")
+    g.add_argument("--max-retries", type=int, default=2, help="retries with backoff on 429/5xx and timeouts")
     args = p.parse_args(argv)
+    if args.endpoint:
+        return eval_endpoint(args)
     if len(args.seeds) > 1 and not args.sample:
         args.sample = True
         print("seed-eval: several --seeds: sampling (temperature 1) so that the seeds differ", file=sys.stderr)
@@ -284,6 +293,52 @@ def main_eval(argv: list[str] | None = None) -> int:
             write_report(summary, args.out, f"eval_seed{seed}")
             print(markdown_table(summary, f"{args.env} {args.split} seed {seed}"))
             summaries.append(summary)
+    if len(summaries) > 1:
+        agg = aggregate_seeds(summaries)
+        (Path(args.out) / "eval_seeds.json").write_text(json.dumps(agg, indent=1))
+        for name, r in agg.items():
+            print(f"{name}: success {r['success_mean']:.3f} ± {r['success_sd']:.3f} over {r['seeds']} seeds")
+    return 0
+
+
+def eval_endpoint(args: argparse.Namespace) -> int:
+    """``seed-eval --endpoint URL --model NAME``: the panel, reports and files of a local evaluation, played by
+    a model behind an OpenAI-compatible endpoint (greedy, or temperature 1 with --sample; seeded per --seeds)."""
+    from seed_agents.openai_endpoint import OpenAIChatAgent
+    from seed_train.evaluate import aggregate_seeds, evaluate_endpoint, markdown_table, write_report
+    from seed_train.preflight import check_env, check_output_dir
+    from seed_train.trainer import env_spec
+
+    if len(args.seeds) > 1 and not args.sample:
+        args.sample = True
+        print("seed-eval: several --seeds: sampling (temperature 1) so that the seeds differ", file=sys.stderr)
+    try:
+        cfg = SeedConfig(env_id=args.env, model=args.model, lora=False, eval_split=args.split,
+                         action_format=args.action_format, history=args.history, env_kwargs=args.env_kwargs,
+                         max_new_tokens=args.max_new_tokens, eval_limit=args.limit)
+        spec = env_spec(cfg, args.split)
+        env_kwargs = dict(spec.env_kwargs, split=args.split, **({} if spec.max_steps is None else
+                                                                {"max_steps": spec.max_steps}))
+        check_env(spec.env_id, env_kwargs, {"env_id": "--env", "split": "--split", "env_kwargs": "--env-kwargs"})
+        check_output_dir(args.out, "--out")
+        if args.concurrency < 1:
+            raise ValueError(f"--concurrency: expected >= 1, got {args.concurrency}")
+        agents = [OpenAIChatAgent(args.endpoint, args.model, api_key_env=args.api_key_env, seed=seed,
+                                  temperature=1.0 if args.sample else 0.0, max_tokens=args.max_new_tokens,
+                                  timeout=args.timeout, max_retries=args.max_retries) for seed in args.seeds]
+    except (ValueError, ImportError) as e:
+        return fail("seed-eval", e)
+    summaries = []
+    for seed, agent in zip(args.seeds, agents):
+        summary = evaluate_endpoint(agent, spec, limit=args.limit, concurrency=args.concurrency,
+                                    trajectories_path=Path(args.out) / f"seed{seed}.trajectories.jsonl",
+                                    progress=f"seed {seed}")
+        write_report(summary, args.out, f"eval_seed{seed}")
+        print(markdown_table(summary, f"{args.env} {args.split} seed {seed} ({args.model} at {args.endpoint})"))
+        if summary["meta"]["errors"]:
+            print(f"seed-eval: {summary['meta']['errors']} episodes ended on endpoint errors (counted as failures; "
+                  "see meta.error in the trajectories)", file=sys.stderr)
+        summaries.append(summary)
     if len(summaries) > 1:
         agg = aggregate_seeds(summaries)
         (Path(args.out) / "eval_seeds.json").write_text(json.dumps(agg, indent=1))

@@ -63,16 +63,6 @@ ADVANTAGES = ("grpo", "grpo_mean", "gigpo")
 ENV_BACKENDS = ("sync", "async", "ray")  # seed_train.env_backends (not imported here: config stays light)
 GENERATION_BACKENDS = ("hf", "vllm")
 
-# Per-env defaults from the paper (max steps, history length); used when the config leaves them None.
-ENV_DEFAULTS: dict[str, dict[str, Any]] = {
-    "seed/ALFWorld-v0": {"max_steps": 30, "history": 5, "template": "alfworld"},
-    "seed/WebShop-v0": {"max_steps": 15, "history": 2, "template": "webshop"},
-    "seed/SearchQA-v0": {"max_steps": 4, "history": 4, "template": "search"},
-    "seed/Sokoban-v0": {"max_steps": 15, "history": 2, "template": "sokoban"},
-    "seed/EZPoints-v0": {"max_steps": 8, "history": 2, "template": "ezpoints"},
-}
-
-
 def _read_yaml(path: str | Path) -> dict[str, Any]:
     """The mapping in a YAML config file; every way it can be unreadable is a ValueError naming ``config``."""
     import yaml
@@ -186,9 +176,9 @@ class SeedConfig:
     env_kwargs: dict = _f({}, "extra gym.make arguments (JSON on the CLI)")
     train_split: str = _f("train", "split the policy is trained on")
     eval_split: str = _f("unseen", "split evaluated before and after training")
-    max_steps: int | None = _f(None, "episode length; default per env (Sokoban 15, EZPoints 8, ...)")
-    history: int | None = _f(None, "past (observation, action) pairs in the prompt; default per env")
-    template: str | None = _f(None, "prompt template family; default per env")
+    max_steps: int | None = _f(None, "episode length; default: the env's agent budget (Sokoban 15, EZPoints 8, ...)")
+    history: int | None = _f(None, "past (observation, action) pairs in the prompt; default: the env's own")
+    template: str | None = _f(None, "generic prompt template (default, compact); default: the env's own wording")
     action_format: str = _f("tags", "how actions are written: tags (<action>..</action>), plain, boxed, json, search_r1")
     # --- policy
     model: str = _f("smollm2-135m", "local Hugging Face model folder, or smollm2-135m (embedded)")
@@ -350,12 +340,27 @@ class SeedConfig:
 
     # ------------------------------------------------------------ derived values
     def env_default(self, name: str) -> Any:
-        """``max_steps`` / ``history`` / ``template``: the config's value, else the env's paper default."""
+        """``max_steps`` / ``history`` / ``template``: the config's value, else the env's own agent default.
+
+        The env declares its defaults as data (``agent_defaults`` on its class, e.g.
+        ``seed_envs.core.AgentDefaults``), read from the registry entry point without building the env.
+        ``template`` stays None: the prompt renderer then uses the env's own wording.
+        """
         value = getattr(self, name)
-        if value is not None:
+        if value is not None or name == "template":
             return value
-        fallback = {"max_steps": None, "history": 2, "template": "default"}[name]
-        return ENV_DEFAULTS.get(self.env_id, {}).get(name, fallback)
+        if name not in ("max_steps", "history"):
+            raise ValueError(f"env_default: expected max_steps, history or template, got {name!r}")
+        import gymnasium as gym
+
+        import seed_envs  # noqa: F401  (registers the ids; imported here so the config module stays light)
+        from wrappers.stack import default_history, default_max_steps
+
+        read = default_history if name == "history" else default_max_steps
+        try:
+            return read(self.env_id)
+        except gym.error.Error:  # an id not registered: the generic defaults
+            return read(None)
 
     def arm(self, name: str) -> SeedConfig:
         """This config as the paper's baseline ``name`` (a key of ``BASELINES``: GRPO, SFT+GRPO, SEED).

@@ -118,6 +118,74 @@ def evaluate_policy(
     return summary
 
 
+def evaluate_endpoint(
+    agent: Any,
+    spec: EnvSpec,
+    *,
+    limit: int = 0,
+    concurrency: int = 4,
+    trajectories_path: str | Path | None = None,
+    progress: str | None = None,
+) -> dict[str, Any]:
+    """:func:`evaluate_policy` for a model behind an endpoint: ``agent`` (e.g. a
+    :class:`seed_agents.openai_endpoint.OpenAIChatAgent`) plays the same panel on the same env stack
+    (``spec.make``) with the same reset seeds, ``concurrency`` tasks at a time; same summary and reports.
+
+    Episodes are written as they finish (an endpoint failure loses nothing; it ends its episode as a
+    recorded failure, ``meta["error"]``); the summary's meta adds the endpoint, error count and token totals.
+    """
+    import threading
+    import time
+
+    from seed_agents.runner import play_panel  # the runner above the envs; it never imports seed_train
+
+    panel = subsample_panel(panel_of(spec), limit)
+    trajectories: list[Trajectory] = []
+    lock = threading.Lock()
+    writer = None
+    if trajectories_path:
+        Path(trajectories_path).unlink(missing_ok=True)  # one evaluation, one file
+        writer = TrajectoryWriter(trajectories_path)
+
+    def collect(trajectory: Trajectory) -> None:
+        with lock:
+            trajectories.append(trajectory)
+        if writer is not None:
+            writer.write(trajectory)  # (the writer locks itself)
+
+    bar = None
+    if progress is not None:
+        from seed_train.progress import progress_bar, say
+
+        say(f"evaluating {progress}: {spec.env_id} {spec.split}, {len(panel)} episodes on {agent!r} ...")
+        bar = progress_bar(total=len(panel), desc=f"eval {progress}", unit="episode")
+    start = time.perf_counter()
+    try:
+        play_panel(lambda: spec.make(sink=collect), lambda env: agent, panel, concurrency=concurrency,
+                   seeds=list(range(len(panel))),
+                   options=[{"group_id": f"eval-{k}", "trajectory_meta": {"eval": True, "sample": 0}}
+                            for k in range(len(panel))],
+                   on_finished=None if bar is None else (lambda result: bar.update()))
+    finally:
+        if bar is not None:
+            bar.close()
+        if writer is not None:
+            writer.close()
+    trajectories.sort(key=lambda t: int(str(t.group_id).rpartition("-")[2]))  # panel order
+    usage = [s.usage for t in trajectories for s in t.steps if s.usage]
+    summary = summarize(trajectories)
+    summary["meta"] = {"env_id": spec.env_id, "split": spec.split, "tasks": len(panel),
+                       "greedy": getattr(agent, "temperature", None) == 0,
+                       "temperature": getattr(agent, "temperature", None), "samples_per_task": 1,
+                       "seed": getattr(agent, "seed", None), "endpoint": getattr(agent, "base_url", None),
+                       "model": getattr(agent, "model", None), "concurrency": concurrency,
+                       "errors": sum("error" in t.meta for t in trajectories),
+                       "prompt_tokens": sum(u.get("prompt_tokens") or 0 for u in usage),
+                       "generated_tokens": sum(u.get("completion_tokens") or 0 for u in usage),
+                       "wall_s": time.perf_counter() - start}
+    return summary
+
+
 def episode_outcomes(trajectories: Sequence[Trajectory]) -> dict[str, bool]:
     """Success of each evaluation episode keyed by task (``task_id``, or ``task_id#sJ`` for sample J when a
     task was played several times): the keys two evaluations of one panel share, for paired tests."""

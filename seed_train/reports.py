@@ -266,11 +266,11 @@ def _metrics_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def _viewer(run: Path, write: bool) -> str:
-    """The trajectory viewer's section: writes RUN/viewer.html (seed_envs.viewer) when asked and the run's
+    """The trajectory viewer's section: writes RUN/viewer.html (wrappers.viewer) when asked and the run's
     trajectory files are small enough, and links it; else says how to make it."""
     import html
 
-    from seed_envs.viewer import find_trajectory_files, write_viewer
+    from wrappers.viewer import find_trajectory_files, write_viewer
 
     command = f"seed-envs view {run} --out {run / 'viewer.html'}"
     try:

@@ -4,6 +4,8 @@ Every env in a rollout is the same wrapper stack a user would build::
 
     TrajectoryRecorder(LLMActionParser(PromptRenderer(gym.make(env_id, ...))))
 
+(:func:`wrappers.make_agent_env` builds the inner two layers, with the env's own agent defaults)
+
 held in a gymnasium vector env on the chosen backend (``sync`` / ``async`` / ``ray``, see
 :mod:`seed_train.env_backends`). Each turn the prompts of all active envs are tokenized once (chat
 template) and generated together, and the vector env steps every env with its raw generated text,
@@ -27,31 +29,27 @@ from seed_train.env_backends import SLOT_JOBS, make_vector_env
 from seed_train.generation import GenerationBackend
 from seed_train.policy import encode_prompt
 from seed_train.vision import check_policy_sees_observations, is_processor
-from wrappers import (LLMActionParser, PromptRenderer, TokenizedResponse, Trajectory, TrajectoryRecorder,
-                      format_instructions)
+from wrappers import TokenizedResponse, Trajectory, TrajectoryRecorder, make_agent_env
 
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """How to build one rollout env (everything the trainer knows about an env)."""
+    """How to build one rollout env (everything the trainer knows about an env): the arguments of
+    :func:`wrappers.make_agent_env`, where None is the env's own agent default."""
 
     env_id: str
     split: str
-    template: str
-    history: int
+    template: str | None
+    history: int | None
     action_format: str
     format_penalty: float
     max_steps: int | None = None
     env_kwargs: dict = field(default_factory=dict)
 
     def make(self, sink, *, trajectory_in_info: bool = False) -> gym.Env:
-        kwargs = dict(self.env_kwargs, split=self.split)
-        if self.max_steps is not None:
-            kwargs["max_steps"] = self.max_steps
-        env = gym.make(self.env_id, **kwargs)
-        env = PromptRenderer(env, template=self.template, history=self.history,
-                             answer_format=format_instructions(self.action_format))
-        env = LLMActionParser(env, format=self.action_format, format_penalty=self.format_penalty)
+        env = make_agent_env(self.env_id, split=self.split, template=self.template, history=self.history,
+                             max_steps=self.max_steps, action_format=self.action_format,
+                             format_penalty=self.format_penalty, env_kwargs=self.env_kwargs)
         return TrajectoryRecorder(env, sink=sink, env_id=self.env_id, trajectory_in_info=trajectory_in_info)
 
 

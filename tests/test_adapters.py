@@ -8,7 +8,7 @@ import pytest
 from seed_train.adapters.trl import (SeedRolloutFunc, TaskEnv, episode_return_reward, make_tool_environment,
                                      task_rows, turn_suffix_ids)
 
-SOKOBAN = TaskEnv("seed/Sokoban-v0", template="sokoban", max_steps=3)
+SOKOBAN = TaskEnv("seed/Sokoban-v0", max_steps=3)  # the env's own prompt (template None)
 
 
 def _tokenizer():
@@ -65,6 +65,31 @@ def test_tool_environment_contract():
     assert "episode has ended" in out
     assert env.left() == "The episode has ended."  # stepping after the end is harmless
     assert isinstance(env.get_reward(), float)
+
+
+def test_tool_verbs_are_the_ones_the_env_declares():
+    from seed_envs.alfworld.env import AlfWorldEnv
+    from seed_train.adapters.trl import GENERIC_VERB, env_tool_verbs
+
+    alfworld = env_tool_verbs("seed/ALFWorld-v0")
+    assert [v.name for v in alfworld] == ["go_to", "open", "close", "take", "put", "act"]
+    assert alfworld == AlfWorldEnv.agent_defaults.tool_verbs
+    assert alfworld[3].action.format(object="apple 1", receptacle="countertop 1") == "take apple 1 from countertop 1"
+    assert env_tool_verbs("seed/EZPoints-v0") == (GENERIC_VERB,)  # declares none: one generic act(action)
+    cls = make_tool_environment(TaskEnv("seed/EZPoints-v0", max_steps=2))
+    assert [n for n in vars(cls) if not n.startswith("_") and n not in ("task",)] == ["act"]
+
+
+def test_task_env_prompt_is_the_envs_own_without_history():
+    env = SOKOBAN.make()
+    try:
+        obs, info = env.reset(seed=0)
+        assert obs["prompt"].startswith("You are playing Sokoban.")  # the env's wording, not "default"
+        assert env.get_wrapper_attr("history") == 0  # TRL's conversation carries the earlier turns
+        obs, *_ = env.step("<action>up</action>")
+        assert "step(s) so far" not in obs["prompt"]
+    finally:
+        env.close()
 
 
 def test_tool_environment_with_arguments_has_a_schema():

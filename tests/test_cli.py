@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from seed_envs.cli import main
+from seed_agents.cli import main
 from wrappers import read_trajectories
 
 
@@ -51,7 +51,7 @@ def test_bad_config_is_a_clear_error_not_a_traceback(capsys):
 
 def test_play_in_a_terminal_session():
     """A person types an invalid action, asks for a hint, and quits."""
-    r = subprocess.run([sys.executable, "-m", "seed_envs", "play", "seed/EZPoints-v0", "--split", "test"],
+    r = subprocess.run([sys.executable, "-m", "seed_agents", "play", "seed/EZPoints-v0", "--split", "test"],
                        input="banana\n:hint\n:quit\n", capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "Invalid action 'banana'" in r.stdout and "expert:" in r.stdout and "Actions:" in r.stdout

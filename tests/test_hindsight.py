@@ -25,7 +25,7 @@ import seed_envs
 from seed_envs.hindsight import (AVOID, GENERIC_RULES, GENERIC_SUMMARIES, WORKFLOW, EpisodeRecord,
                                  first_expert_deviation, generic_rule, max_repeat, replays_actions)
 from seed_train.cli import QUICKSTART
-from seed_train.config import ENV_DEFAULTS, SeedConfig
+from seed_train.config import SeedConfig
 from seed_train.rollout import EnvSpec
 from seed_train.skills import Skill, analyzer_prompt, episode_record, parse_skill, rule_based_skill
 from seed_train.stage1 import collect_demonstrations, format_response, sft_pairs
@@ -45,9 +45,9 @@ JSON_TOKEN_BUDGET = QUICKSTART["skill_max_new_tokens"] - 6
 
 
 def spec(env_id: str, action_format: str = "tags", **overrides) -> EnvSpec:
-    d = ENV_DEFAULTS.get(env_id, {"max_steps": None, "history": 2, "template": "default"})
+    cfg = SeedConfig(env_id=env_id)
     env_kwargs = overrides.pop("env_kwargs", {})
-    fields = dict(template=d["template"], history=d["history"], max_steps=d["max_steps"])
+    fields = {name: cfg.env_default(name) for name in ("template", "history", "max_steps")}
     fields.update(overrides)
     return EnvSpec(env_id=env_id, split="train", action_format=action_format, format_penalty=0.1,
                    env_kwargs=env_kwargs, **fields)

@@ -80,7 +80,7 @@ def test_resolve_image_refuses_paths_that_leave_the_run_folder(run_with_secret):
 def test_report_from_a_crafted_file_embeds_no_file_from_outside(run_with_secret):
     from PIL import Image
 
-    from seed_envs.viewer import write_viewer
+    from wrappers.viewer import write_viewer
 
     run, secret = run_with_secret
     Image.fromarray(np.full((2, 2, 3), 7, np.uint8)).save(run / "good.png")  # a legitimate frame inside
@@ -226,7 +226,7 @@ def test_recorder_with_a_path_sink_survives_surrogates_in_reset_step_and_close(t
 
 
 def test_viewer_writes_a_valid_report_from_a_file_with_lone_surrogates(tmp_path):
-    from seed_envs.viewer import write_viewer
+    from wrappers.viewer import write_viewer
 
     path = tmp_path / "s.jsonl"
     record = make_trajectory("s\ud800", text=SURROGATE_TEXT, info={"\udfff": SURROGATE_TEXT}).to_dict()
@@ -240,7 +240,7 @@ def test_viewer_writes_a_valid_report_from_a_file_with_lone_surrogates(tmp_path)
 
 
 def test_a_failed_report_leaves_the_previous_one_and_no_temporary_file(tmp_path):
-    from seed_envs.viewer import write_viewer
+    from wrappers.viewer import write_viewer
 
     path = tmp_path / "bad.jsonl"
     good = [json.dumps(make_trajectory(i).to_dict()) for i in ("e", "f")]

@@ -12,7 +12,7 @@ import pytest
 from gymnasium.wrappers import TimeLimit
 
 from wrappers.action_parser import LLMActionParser, format_instructions
-from wrappers.prompt import TEMPLATES, PromptParts, PromptRenderer, PromptTemplate, render_prompt
+from wrappers.prompt import TEMPLATES, PromptParts, PromptRenderer, PromptTemplate, env_template, render_prompt
 
 TASK = "reach position 3"
 
@@ -85,6 +85,18 @@ class ToyEnv(gym.Env):
             self.pos += 1
         terminated = self.pos >= 3
         return self._obs(), float(terminated), terminated, False, self._info()
+
+
+#: A template worded like an env's own (ALFWorld's task header), to test placement around the task line.
+HOUSEHOLD = PromptTemplate(intro="You are a household agent.", task_header="Your task is to: {task}")
+
+
+class DeclaringToyEnv(ToyEnv):
+    """ToyEnv declaring its own agent defaults, as seed envs do (read duck-typed: any object with the fields)."""
+
+    class agent_defaults:  # noqa: N801  (plain data, like seed_envs.core.AgentDefaults)
+        prompt = {"intro": "Walk to 3.", "observation_header": "[{step}] Where you are:"}
+        history = 1
 
 
 def marker(n: int) -> str:
@@ -211,13 +223,13 @@ def test_rendering_parts_reproduces_the_prompt(family):
 
 
 def test_insert_after_task_line():
-    env = PromptRenderer(ToyEnv(), template="alfworld", answer_format="FMT")
+    env = PromptRenderer(ToyEnv(), template=HOUSEHOLD, answer_format="FMT")
     for obs, info in run_episode(env, ["go", "wait", "go"]):
         skill = "Skill: say go until you arrive; never wait."
         task_line = f"Your task is to: {TASK}"
         augmented = render_prompt(info["prompt_parts"], insert_after_task=skill)
         assert augmented == obs["prompt"].replace(task_line, f"{task_line}\n\n{skill}", 1)
-        prefix = TEMPLATES["alfworld"].intro + "\n\n" + task_line + "\n\n"
+        prefix = HOUSEHOLD.intro + "\n\n" + task_line + "\n\n"
         assert obs["prompt"].startswith(prefix) and augmented.startswith(prefix + skill + "\n\n")
         # the parts' own slot gives the same result; an explicit empty insert removes it
         stored = dict(info["prompt_parts"], insert_after_task=skill)
@@ -262,16 +274,38 @@ def test_braces_in_texts_are_kept_literally():
 
 
 # ---------------------------------------------------------------- templates
-def test_builtin_templates():
-    assert {"default", "sokoban", "ezpoints", "alfworld", "webshop", "search"} <= set(TEMPLATES)
-    sokoban = TEMPLATES["sokoban"].intro
-    for symbol in ("#", "_", "O", "√", "X", "P", "S"):
-        assert f"{symbol} " in sokoban
-    assert all(word in sokoban for word in ("up", "down", "left", "right"))
-    ezpoints = TEMPLATES["ezpoints"].intro
-    assert all(token in ezpoints for token in ("+", "*", "=", "target"))
+def test_builtin_templates_are_generic():
+    # Env wording lives with each env (agent_defaults.prompt, tests/test_env_stack.py checks it).
+    assert set(TEMPLATES) == {"default", "compact"}
+    assert TEMPLATES["compact"].intro == ""
     for template in TEMPLATES.values():
         template.validate()
+
+
+def test_env_declared_defaults_are_used_when_not_given():
+    env = PromptRenderer(DeclaringToyEnv())
+    assert env.template == PromptTemplate(intro="Walk to 3.", observation_header="[{step}] Where you are:")
+    assert env.history == 1
+    seen = run_episode(env, ["go", "wait", "go"])
+    obs, info = seen[-1]
+    assert obs["prompt"].startswith(f"Walk to 3.\n\nYour task: {TASK}\n\n")  # unset fields: generic text
+    assert "[4] Where you are:\n" + marker(4) in obs["prompt"]
+    assert [h["step"] for h in info["prompt_parts"]["history"]] == [3]
+    # what the caller passes wins over the env's own
+    explicit = PromptRenderer(DeclaringToyEnv(), template="default", history=0)
+    assert explicit.template == TEMPLATES["default"] and explicit.history == 0
+    # an env that declares nothing gets the generic defaults
+    plain = PromptRenderer(ToyEnv())
+    assert plain.template == TEMPLATES["default"] and plain.history == 2
+
+
+def test_env_declared_prompt_with_unknown_fields_is_refused():
+    class Typo(ToyEnv):
+        class agent_defaults:  # noqa: N801
+            prompt = {"intro": "x", "task_heading": "{task}"}
+
+    with pytest.raises(ValueError, match="task_heading"):
+        env_template(Typo())
 
 
 def test_custom_template():
@@ -335,7 +369,8 @@ def test_observation_space_contains_observations_and_keeps_the_image():
 def test_custom_prompt_space_with_gymnasium_text():
     charset = "".join(chr(c) for c in range(32, 127)) + "\n√"
     prompt_space = gym.spaces.Text(max_length=100_000, charset=charset)
-    env = PromptRenderer(ToyEnv(), template="sokoban", prompt_space=prompt_space)
+    template = PromptTemplate(intro="Symbols: # wall, √ box on a target.")
+    env = PromptRenderer(ToyEnv(), template=template, prompt_space=prompt_space)
     assert env.observation_space["prompt"] is prompt_space
     for obs, _ in run_episode(env, ["go", "go"]):
         assert env.observation_space.contains(obs)
@@ -358,9 +393,9 @@ def test_record_constructor_args_rebuild_the_stack():
     env_id = "test-prompt/Toy-v0"
     gym.register(env_id, entry_point=ToyEnv, disable_env_checker=True)
     try:
-        env = PromptRenderer(gym.make(env_id), template="search", history=3, show_admissible=False, answer_format="F")
+        env = PromptRenderer(gym.make(env_id), template="compact", history=3, show_admissible=False, answer_format="F")
         assert env._saved_kwargs == {
-            "template": "search",
+            "template": "compact",
             "history": 3,
             "show_admissible": False,
             "answer_format": "F",
@@ -369,7 +404,7 @@ def test_record_constructor_args_rebuild_the_stack():
         }
         rebuilt = gym.make(env.spec)
         assert isinstance(rebuilt, PromptRenderer)
-        assert rebuilt.history == 3 and rebuilt.template == TEMPLATES["search"]
+        assert rebuilt.history == 3 and rebuilt.template == TEMPLATES["compact"]
         assert rebuilt.reset(seed=0)[0]["prompt"] == env.reset(seed=0)[0]["prompt"]
     finally:
         del gym.registry[env_id]
@@ -407,7 +442,7 @@ def test_parser_over_renderer_end_to_end():
 
 
 def test_template_dataclass_roundtrip_in_parts():
-    template = TEMPLATES["webshop"]
+    template = HOUSEHOLD
     env = PromptRenderer(ToyEnv(), template=template)
     _, info = env.reset()
     assert info["prompt_parts"]["template"] == asdict(template)

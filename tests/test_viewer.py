@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from seed_envs.cli import main as seed_envs_main
-from seed_envs.viewer import PAGE_SIZE, embed_json, write_viewer
+from seed_agents.cli import main as seed_envs_main
+from wrappers.viewer import PAGE_SIZE, embed_json, write_viewer
 from wrappers import Step, Trajectory, TrajectoryWriter
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")

@@ -2,7 +2,7 @@
 
 The prompt is made of sections joined by blank lines, in this order::
 
-    intro                       env-family instructions (PromptTemplate.intro)
+    intro                       the env's instructions (PromptTemplate.intro; the env declares its own)
     task line                   template.task_header with info["task"]
     [inserted block]            empty by default; a trainer puts a skill here
     history                     the last k (observation, action) pairs, oldest first
@@ -19,6 +19,7 @@ size of the parts; observation text is never cut.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -71,33 +72,10 @@ class PromptTemplate:
                     ) from None
 
 
-_ACT_BY_ADMISSIBLE = "Each step, choose one of the admissible actions listed below."
-
-#: Built-in templates by env family.
+#: Built-in generic templates. An env's own wording is not here: the env declares it as data
+#: (``env.unwrapped.agent_defaults.prompt``, see :func:`env_template`).
 TEMPLATES: dict[str, PromptTemplate] = {
     "default": PromptTemplate(),
-    "sokoban": PromptTemplate(
-        intro=(
-            "You are playing Sokoban. The map is a grid of symbols: # wall, _ floor, O target, "
-            "X box, √ box on a target, P player, S player standing on a target. "
-            "Your goal is to push every box onto a target. Each action moves the player one cell: "
-            "up, down, left or right. Walking into a box pushes it one cell in the same direction "
-            "if the cell behind it is free; boxes cannot be pulled, so avoid pushing a box into a "
-            "corner or against a wall where it can no longer reach a target."
-        ),
-        task_header="Task: {task}",
-        observation_header="[Step {step}] Current map:",
-    ),
-    "ezpoints": PromptTemplate(
-        intro=(
-            "You are playing EZPoints. You are shown two cards and a target number. Build a formula "
-            "that uses the number of each card exactly once, combined with + and *, whose value "
-            "equals the target; J, Q and K count as 10. Write the formula one token per step (a "
-            "number, + or *); when the formula is complete, finish with =."
-        ),
-        task_header="Task: {task}",
-        step_format="[Step {step}] Observation:\n{observation}\nToken: {action}",
-    ),
     # The shortest prompt for any env: no intro, terse headers. For small models and CPU budgets,
     # where every prompt token is paid for at every step (the quickstart uses it).
     "compact": PromptTemplate(
@@ -108,35 +86,42 @@ TEMPLATES: dict[str, PromptTemplate] = {
         observation_header="Now:",
         admissible_header="Actions:",
     ),
-    "alfworld": PromptTemplate(
-        intro=(
-            "You are an expert agent in ALFRED, a text-based household environment. You move between "
-            "receptacles, open and close them, take and put objects, and heat, cool, clean or use "
-            "them to complete the task. " + _ACT_BY_ADMISSIBLE
-        ),
-        task_header="Your task is to: {task}",
-    ),
-    "webshop": PromptTemplate(
-        intro=(
-            "You are an expert shopping agent in WebShop, a simulated e-commerce website. Search "
-            "for products with search[query], open results and choose options with click[...], and "
-            "buy the product that best matches the instruction (its attributes, options and price) "
-            "with click[buy now]. " + _ACT_BY_ADMISSIBLE
-        ),
-        task_header="Instruction: {task}",
-        observation_header="[Step {step}] Current page:",
-    ),
-    "search": PromptTemplate(
-        intro=(
-            "You are an expert agent answering a question step by step. When you lack knowledge, "
-            "query the search engine; its results appear in the next observation. When you are "
-            "confident, give a short final answer without explanation."
-        ),
-        task_header="Question: {task}",
-        history_header="You have taken {total} step(s) so far. Your last {count} step(s), oldest first:",
-        step_format="[Step {step}] Observation:\n{observation}\nYour action: {action}",
-    ),
 }
+
+#: The history length of an env that declares none.
+DEFAULT_HISTORY = 2
+
+
+def env_agent_defaults(env: gym.Env) -> Any:
+    """The agent defaults the innermost env declares (its ``agent_defaults`` attribute), or None.
+
+    Duck-typed on purpose: this package never imports an env package. The attribute is read as data
+    with ``prompt`` (PromptTemplate fields), ``history``, ``max_steps``, ``action_format``.
+    """
+    return getattr(env.unwrapped, "agent_defaults", None)
+
+
+def template_from_fields(prompt_fields: Any) -> PromptTemplate:
+    """A :class:`PromptTemplate` from a mapping of some of its fields (the rest keep the generic text)."""
+    if not isinstance(prompt_fields, Mapping):
+        raise ValueError(f"template: an env's agent_defaults.prompt must be a mapping, got {type(prompt_fields).__name__}")
+    known = {f.name for f in fields(PromptTemplate)}
+    unknown = sorted(set(prompt_fields) - known)
+    if unknown:
+        raise ValueError(f"template: unknown PromptTemplate fields {unknown}; expected a subset of {sorted(known)}")
+    return PromptTemplate(**dict(prompt_fields))
+
+
+def env_template(env: gym.Env) -> PromptTemplate:
+    """The env's own prompt template (from its declared ``agent_defaults.prompt``), else ``default``."""
+    prompt_fields = getattr(env_agent_defaults(env), "prompt", None)
+    return TEMPLATES["default"] if not prompt_fields else template_from_fields(prompt_fields)
+
+
+def env_history(env: gym.Env) -> int:
+    """The env's own history length (its declared ``agent_defaults.history``), else :data:`DEFAULT_HISTORY`."""
+    history = getattr(env_agent_defaults(env), "history", None)
+    return DEFAULT_HISTORY if history is None else history
 
 
 @dataclass
@@ -240,8 +225,10 @@ class PromptRenderer(gym.Wrapper, gym.utils.RecordConstructorArgs):
     Args:
         env: an env whose observations are dicts with a ``"text"`` entry and whose ``info`` may hold
             ``"task"`` and ``"admissible_actions"``.
-        template: a family name from :data:`TEMPLATES` or a :class:`PromptTemplate`.
-        history: number of past (observation, action) pairs shown (>= 0; 0 shows none).
+        template: a family name from :data:`TEMPLATES`, a :class:`PromptTemplate`, or None for the
+            env's own (:func:`env_template`: what the env declares, else ``default``).
+        history: number of past (observation, action) pairs shown (>= 0; 0 shows none); None for the
+            env's own (:func:`env_history`, else 2).
         show_admissible: show ``info["admissible_actions"]`` when it is not None.
         answer_format: the answer-format instruction placed last, e.g.
             ``wrappers.action_parser.format_instructions("tags")``; ``""`` leaves it out.
@@ -254,8 +241,8 @@ class PromptRenderer(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def __init__(
         self,
         env: gym.Env,
-        template: str | PromptTemplate = "default",
-        history: int = 2,
+        template: str | PromptTemplate | None = None,
+        history: int | None = None,
         show_admissible: bool = True,
         answer_format: str = "",
         *,
@@ -272,13 +259,17 @@ class PromptRenderer(gym.Wrapper, gym.utils.RecordConstructorArgs):
             prompt_space=prompt_space,
         )
         gym.Wrapper.__init__(self, env)
-        if isinstance(template, str):
+        if template is None:
+            template = env_template(env)
+        elif isinstance(template, str):
             if template not in TEMPLATES:
                 raise ValueError(f"template: unknown family {template!r}; built-in templates: {sorted(TEMPLATES)}")
             template = TEMPLATES[template]
         elif not isinstance(template, PromptTemplate):
-            raise ValueError(f"template: expected a family name or a PromptTemplate, got {type(template).__name__}")
+            raise ValueError(f"template: expected a family name, a PromptTemplate or None, got {type(template).__name__}")
         template.validate()
+        if history is None:
+            history = env_history(env)
         if isinstance(history, bool) or not isinstance(history, int) or history < 0:
             raise ValueError(f"history: expected an int >= 0, got {history!r}")
         if not isinstance(answer_format, str):

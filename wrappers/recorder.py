@@ -47,6 +47,24 @@ class TokenizedResponse(str):
                 "response_logprobs": self.response_logprobs}
 
 
+class ServedResponse(str):
+    """A response text from a served model (an API endpoint) that also carries what serving it cost.
+
+    Like :class:`TokenizedResponse` it *is* the text, so the env stack treats it as the action string;
+    :class:`TrajectoryRecorder` stores its ``usage`` (token counts, latency; see ``Step.usage``) in the step.
+    """
+
+    usage: dict[str, Any] | None
+
+    def __new__(cls, text: str, usage: Mapping[str, Any] | None = None):
+        obj = super().__new__(cls, text)
+        obj.usage = None if usage is None else dict(usage)
+        return obj
+
+    def __reduce__(self):
+        return (ServedResponse, (str(self), self.usage))
+
+
 class TrajectoryRecorder(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Records each episode as a :class:`~wrappers.trajectory.Trajectory` and hands it to ``sink``.
 
@@ -75,7 +93,9 @@ class TrajectoryRecorder(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     Reset options ``group_id``, ``episode_id`` and ``trajectory_meta`` (a dict) are taken by the
     recorder and not passed on. Token-level fields come with the action (a :class:`TokenizedResponse`)
-    or from :meth:`attach_tokens`, called before the step they belong to.
+    or from :meth:`attach_tokens`, called before the step they belong to; a served model's usage comes
+    with the action (a :class:`ServedResponse`). An agent that cannot act (an endpoint that kept failing)
+    ends the episode with :meth:`abort_episode`, which still hands it to the sink.
     """
 
     def __init__(
@@ -120,6 +140,18 @@ class TrajectoryRecorder(gym.Wrapper, gym.utils.RecordConstructorArgs):
             "response_token_ids": None if response_token_ids is None else [int(t) for t in response_token_ids],
             "response_logprobs": None if response_logprobs is None else [float(x) for x in response_logprobs],
         }
+
+    def abort_episode(self, error: str) -> Trajectory | None:
+        """End the current episode as a failure because the agent could not act; returns it (None if none).
+
+        The sink gets it, even with no step taken, as unsuccessful with score 0, ``meta["ended_by"] =
+        "error"`` and ``meta["error"] = error``, so an evaluation keeps a record of every task it tried.
+        The env below is left mid-episode: reset it before the next one.
+        """
+        if self._trajectory is None:
+            return None
+        self._trajectory.meta["error"] = str(error)
+        return self._finish({}, self._last_obs or {}, ended_by="error")
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         self._end_incomplete("reset")
@@ -185,6 +217,7 @@ class TrajectoryRecorder(gym.Wrapper, gym.utils.RecordConstructorArgs):
             prompt_parts=json_safe(seen_info.get("prompt_parts")),
             image=np.array(image, dtype=np.uint8, copy=True) if image is not None else None,
             info=json_safe({k: v for k, v in info.items() if k not in _INFO_SKIP}),
+            usage=json_safe(action.usage) if isinstance(action, ServedResponse) else None,
             **(action.token_fields() if isinstance(action, TokenizedResponse) else self._pending_tokens),
         )
         self._pending_tokens = {}

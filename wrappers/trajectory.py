@@ -88,6 +88,10 @@ class Step:
     # viewer has no tokenizer; the pieces concatenate to the decoded response).
     teacher_logprobs: list[float] | None = None
     response_tokens: list[str] | None = None
+    # Filled when a served model (an OpenAI-compatible endpoint) produced the response: what the server
+    # reported and what the call took: prompt_tokens, completion_tokens, latency_s (the whole call, retries
+    # included), retries, finish_reason, model. None for local policies and scripted agents.
+    usage: dict[str, Any] | None = None
 
 
 @dataclass
@@ -120,6 +124,9 @@ class Trajectory:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (images must already be paths; see TrajectoryWriter)."""
         d = asdict(self)
+        for step in d["steps"]:  # written only when set, so files of local policies keep their bytes
+            if step["usage"] is None:
+                del step["usage"]
         d["schema"] = SCHEMA
         d["schema_version"] = SCHEMA_VERSION
         return json_safe(d)

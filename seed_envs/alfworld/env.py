@@ -5,7 +5,6 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-import gymnasium as gym
 
 from seed_envs.alfworld.engine import NOTHING_HAPPENS, AlfWorldGame, task_line
 from seed_envs.alfworld.expert import AlfWorldExpert
@@ -15,7 +14,7 @@ from seed_envs.alfworld.games import (
     find_games,
     resolve_json_root,
 )
-from seed_envs.core import Outcome, SeedEnv, Task, make_with_time_limit
+from seed_envs.core import ACT_BY_ADMISSIBLE, AgentDefaults, Outcome, SeedEnv, Task, ToolVerb, time_limited
 
 WON_REWARD = 1.0  # textworld's score: 1 on the winning step
 #: Generated default panel sizes (games per split; multiples of 6 keep the task types balanced).
@@ -87,7 +86,7 @@ class AlfWorldEnv(SeedEnv):
     alfworld's: 1 on the step that wins the game, else 0. ``reward_mode="success"``: 10 on success.
 
     ## Episode End
-    Terminated when the game is won. Truncated after ``max_steps`` steps (default 50; SEED used 30).
+    Terminated when the game is won. Truncated after ``max_steps`` steps (default 50; the agent's budget, ``agent_defaults.max_steps``, is SEED's 30).
 
     ## Information
     The contract's keys: ``task_id``, ``task`` (the ``Your task is to: ...`` line), ``category``
@@ -112,23 +111,43 @@ class AlfWorldEnv(SeedEnv):
 
     split_names: ClassVar[tuple[str, ...]] = ("train", "valid_seen", "valid_unseen", "valid_train")
     split_aliases: ClassVar[dict[str, str]] = {"test": "valid_seen", "unseen": "valid_unseen"}
+    # Two step budgets, on purpose: 50 is the env's own episode length (what ``gym.make`` gives, e.g. for
+    # expert demos and evaluation by hand); 30 is the *agent's* budget in agent_defaults, SEED's /
+    # verl-agent's setting, which the trainer and the adapters pass as ``max_steps``.
     default_max_steps: ClassVar[int] = 50
+    agent_defaults = AgentDefaults(
+        prompt={
+            "intro": (
+                "You are an expert agent in ALFRED, a text-based household environment. You move between "
+                "receptacles, open and close them, take and put objects, and heat, cool, clean or use "
+                "them to complete the task. " + ACT_BY_ADMISSIBLE
+            ),
+            "task_header": "Your task is to: {task}",
+        },
+        history=5,
+        max_steps=30,
+        tool_verbs=(
+            ToolVerb("go_to", "Go to a receptacle.", "go to {receptacle}", {"receptacle": "e.g. 'cabinet 1'"}),
+            ToolVerb("open", "Open a receptacle.", "open {receptacle}", {"receptacle": "e.g. 'fridge 1'"}),
+            ToolVerb("close", "Close a receptacle.", "close {receptacle}", {"receptacle": "e.g. 'fridge 1'"}),
+            ToolVerb("take", "Take an object from a receptacle.", "take {object} from {receptacle}",
+                     {"object": "e.g. 'apple 1'", "receptacle": "e.g. 'countertop 1'"}),
+            ToolVerb("put", "Put an object in or on a receptacle.", "put {object} in/on {receptacle}",
+                     {"object": "e.g. 'apple 1'", "receptacle": "e.g. 'fridge 1'"}),
+            ToolVerb("act", "Any other action, e.g. 'heat egg 1 with microwave 1', 'look'.", "{action}",
+                     {"action": "the action text"}),
+        ),
+    )
 
     def __init__(
         self,
         *,
-        split: str = "train",
-        obs_mode: str = "text",
-        max_steps: int | None = None,
-        data_dir: str | os.PathLike | None = None,
-        reward_mode: str = "env",
-        render_mode: str | None = None,
         num_games: int | None = None,
         generation_seed: int = DEFAULT_GENERATION_SEED,
+        **contract: Any,
     ):
-        super().__init__(split=split, obs_mode=obs_mode, max_steps=max_steps, data_dir=data_dir,
-                         reward_mode=reward_mode, render_mode=render_mode)
-        self.games_dir = configured_data_dir(data_dir)
+        super().__init__(**contract)
+        self.games_dir = configured_data_dir(self.data_dir)
         if self.games_dir is not None:
             if num_games is not None:
                 raise ValueError("num_games: only for the generated default (not used with data_dir)")
@@ -222,6 +241,5 @@ class AlfWorldEnv(SeedEnv):
         return AlfWorldExpert(self)
 
 
-def make(**kwargs: Any) -> gym.Env:
-    """Entry point of ``seed/ALFWorld-v0``: :class:`AlfWorldEnv` inside gymnasium's ``TimeLimit``."""
-    return make_with_time_limit(AlfWorldEnv, **kwargs)
+#: Entry point of ``seed/ALFWorld-v0``: :class:`AlfWorldEnv` inside gymnasium's ``TimeLimit``.
+make = time_limited(AlfWorldEnv)

@@ -6,11 +6,11 @@ import os
 from collections import Counter
 from collections.abc import Sequence
 from numbers import Real
+from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
-from seed_envs.core import Expert, Outcome, SeedEnv, Task, make_with_time_limit, quote_action
+from seed_envs.core import AgentDefaults, Expert, Outcome, SeedEnv, Task, contract_arg, quote_action, time_limited
 from seed_envs.ezpoints.cards import Deal, DealSpace, TableRenderer, deal_code, parse_deal
 from seed_envs.ezpoints import gym_cards
 from seed_envs.ezpoints.formula import EQUALS, FormulaError, Grammar, evaluate, is_number, numbers_in, tokenize
@@ -120,22 +120,31 @@ class EZPointsEnv(SeedEnv):
 
     image_shape = (300, 300)
     default_max_steps = 8
+    agent_defaults = AgentDefaults(
+        prompt={
+            "intro": (
+                "You are playing EZPoints. You are shown two cards and a target number. Build a formula "
+                "that uses the number of each card exactly once, combined with + and *, whose value "
+                "equals the target; J, Q and K count as 10. Write the formula one token per step (a "
+                "number, + or *); when the formula is complete, finish with =."
+            ),
+            "task_header": "Task: {task}",
+            "step_format": "[Step {step}] Observation:\n{observation}\nToken: {action}",
+        },
+        history=2,
+        max_steps=8,
+    )
 
     def __init__(
         self,
         *,
-        split: str = "train",
-        obs_mode: str = "text",
-        max_steps: int | None = None,
-        data_dir: str | os.PathLike | None = None,
-        reward_mode: str = "env",
-        render_mode: str | None = None,
         target: int = 12,
         num_cards: int | None = None,
         action_mode: str = "token",
         invalid_penalty: float = -1.0,
         card_images_dir: str | os.PathLike | None = None,
         rules: str = "default",
+        **contract: Any,
     ):
         if not isinstance(target, (int, np.integer)) or isinstance(target, bool) or target < 1:
             raise ValueError(f"target: expected a positive int, got {target!r}")
@@ -165,13 +174,13 @@ class EZPointsEnv(SeedEnv):
         solvable = self.deal_space.solvable_rank_multisets()
         if len(solvable) < 2:  # one rank multiset would be all of unseen and leave train empty
             raise ValueError(f"target: {target} is reached by {len(solvable)} rank combinations of {num_cards} cards; need at least 2")
-        if max_steps is None:
+        if contract_arg(contract, "max_steps") is None:
             max_steps = POINTS24_MAX_STEPS if self.num_cards > 2 else self.default_max_steps
             if rules == "gym_cards":
                 # Every gym_cards step adds an entry, so its own truncation comes at step limit + 2: let it.
                 max_steps = max(max_steps, self.formula_limit + 2)
-        super().__init__(split=split, obs_mode=obs_mode, max_steps=max_steps, data_dir=data_dir,
-                         reward_mode=reward_mode, render_mode=render_mode)
+            contract["max_steps"] = max_steps
+        super().__init__(**contract)
         self.renderer = TableRenderer(self.num_cards, self.deal_space.ranks, card_images_dir)
         self._deals: dict[str, Deal] = {}
         self.deal: Deal | None = None
@@ -391,5 +400,5 @@ class EZPointsEnv(SeedEnv):
         return make_expert(self)
 
 
-def make(**kwargs) -> gym.Env:
-    return make_with_time_limit(EZPointsEnv, **kwargs)
+#: Entry point of ``seed/EZPoints-v0``: :class:`EZPointsEnv` inside gymnasium's ``TimeLimit``.
+make = time_limited(EZPointsEnv)

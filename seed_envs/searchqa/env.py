@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 
-from seed_envs.core import Expert, Outcome, SeedEnv, Task, make_with_time_limit, quote_action
+from seed_envs.core import AgentDefaults, Expert, Outcome, SeedEnv, Task, quote_action, time_limited
 from seed_envs.searchqa.corpus import Passage, format_passages, load_corpus
 from seed_envs.searchqa.datasets import (
     DATASET_NAMES,
@@ -177,16 +176,24 @@ class SearchQAEnv(SeedEnv):
 
     split_names = ("train", "test", "unseen") + DATASET_NAMES
     default_max_steps = 4
+    agent_defaults = AgentDefaults(
+        prompt={
+            "intro": (
+                "You are an expert agent answering a question step by step. When you lack knowledge, "
+                "query the search engine; its results appear in the next observation. When you are "
+                "confident, give a short final answer without explanation."
+            ),
+            "task_header": "Question: {task}",
+            "history_header": "You have taken {total} step(s) so far. Your last {count} step(s), oldest first:",
+            "step_format": "[Step {step}] Observation:\n{observation}\nYour action: {action}",
+        },
+        history=4,
+        max_steps=4,
+    )
 
     def __init__(
         self,
         *,
-        split: str = "train",
-        obs_mode: str = "text",
-        max_steps: int | None = None,
-        data_dir: str | os.PathLike | None = None,
-        reward_mode: str = "env",
-        render_mode: str | None = None,
         topk: int = 3,
         metric: str = "em",
         retriever: str = "bm25",
@@ -200,6 +207,7 @@ class SearchQAEnv(SeedEnv):
         retriever_timeout: float = 10.0,
         retriever_retries: int = 3,
         protocol: str = "actions",
+        **contract: Any,
     ):
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol: expected one of {PROTOCOLS}, got {protocol!r}")
@@ -213,8 +221,7 @@ class SearchQAEnv(SeedEnv):
             raise ValueError(f"max_query_chars: expected a positive int, got {max_query_chars!r}")
         if isinstance(dataset_files, (str, os.PathLike)):
             dataset_files = [dataset_files]
-        super().__init__(split=split, obs_mode=obs_mode, max_steps=max_steps, data_dir=data_dir,
-                         reward_mode=reward_mode, render_mode=render_mode)
+        super().__init__(**contract)
         self.topk = topk
         self.metric = metric
         self.protocol = protocol
@@ -224,14 +231,14 @@ class SearchQAEnv(SeedEnv):
         self.cache_dir = cache_dir
         self.max_query_chars = max_query_chars
         self.train_sources = tuple(canonical_source(s) for s in train_sources)
-        self.real_data = data_dir is not None or dataset_files is not None
+        self.real_data = self.data_dir is not None or dataset_files is not None
         self._tasks: dict[str, QATask] = {}
         self._passages: Sequence[Passage] | None = None
         self._retriever: Retriever | None = None
         if retriever_url is not None:
             self._retriever = HTTPRetriever(retriever_url, timeout=retriever_timeout, retries=retriever_retries)
         if self.real_data:
-            self._load_real(data_dir, corpus, dataset_files)
+            self._load_real(self.data_dir, corpus, dataset_files)
         else:
             if corpus is not None:
                 raise ValueError("corpus: a corpus needs questions too; pass data_dir= or dataset_files= with it")
@@ -495,5 +502,5 @@ class SearchQAEnv(SeedEnv):
         return make_expert(self)
 
 
-def make(**kwargs: Any) -> gym.Env:
-    return make_with_time_limit(SearchQAEnv, **kwargs)
+#: Entry point of ``seed/SearchQA-v0``: :class:`SearchQAEnv` inside gymnasium's ``TimeLimit``.
+make = time_limited(SearchQAEnv)

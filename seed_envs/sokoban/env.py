@@ -2,16 +2,15 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
-from seed_envs.core import Outcome, SeedEnv, Task, make_with_time_limit, quote_action, resolve_data_dir
+from seed_envs.core import (AgentDefaults, Outcome, SeedEnv, Task, ToolVerb, contract_arg, quote_action, resolve_data_dir,
+                             time_limited)
 from seed_envs.sokoban import boxoban, render
 from seed_envs.sokoban.expert import SokobanExpert
 from seed_envs.sokoban.generator import GenerationParams, Room, generate_room
@@ -41,6 +40,16 @@ INSTRUCTION = (
     "Push every box onto a target. You can push a box but not pull it, and only one at a time. "
     "Symbols: # wall, _ floor, O target, X box, √ box on target, P you, S you on a target. "
     "Actions: up, down, left, right."
+)
+#: The agent's prompt intro. It restates the map legend of INSTRUCTION (the task line) in its own words;
+#: both live here, beside the symbols render.text_grid draws, and nowhere else.
+AGENT_INTRO = (
+    "You are playing Sokoban. The map is a grid of symbols: # wall, _ floor, O target, "
+    "X box, √ box on a target, P player, S player standing on a target. "
+    "Your goal is to push every box onto a target. Each action moves the player one cell: "
+    "up, down, left or right. Walking into a box pushes it one cell in the same direction "
+    "if the cell behind it is free; boxes cannot be pulled, so avoid pushing a box into a "
+    "corner or against a wall where it can no longer reach a target."
 )
 
 
@@ -166,35 +175,36 @@ class SokobanEnv(SeedEnv):
     """
 
     default_max_steps = 15
+    agent_defaults = AgentDefaults(
+        prompt={"intro": AGENT_INTRO, "task_header": "Task: {task}", "observation_header": "[Step {step}] Current map:"},
+        history=2,
+        max_steps=15,
+        tool_verbs=tuple(ToolVerb(d, f"Move {d} (pushes a box in the way).", d) for d in ("up", "down", "left", "right")),
+    )
 
     def __init__(
         self,
         *,
-        split: str = "train",
-        obs_mode: str = "text",
-        max_steps: int | None = None,
-        data_dir: str | os.PathLike | None = None,
-        reward_mode: str = "env",
-        render_mode: str | None = None,
         dim_room: int | tuple[int, int] | None = None,
         num_boxes: int | None = None,
         search_depth: int | None = None,
         require_solvable_within_max_steps: bool = True,
         rules: str = "default",
+        **contract: Any,
     ):
         if rules not in RULES:
             raise ValueError(f"rules: expected one of {RULES}, got {rules!r}")
         self.rules = rules
-        split_name = self._resolve_split(split)
-        levels_dir = resolve_data_dir(data_dir, "BOXOBAN_DATA")
+        split_name = self._resolve_split(contract_arg(contract, "split"))
+        levels_dir = resolve_data_dir(contract_arg(contract, "data_dir"), "BOXOBAN_DATA")
         self._levels: dict[str, tuple[Path, int, str]] | None = None  # task id -> (file, number, category)
         if levels_dir is not None:
             for name, value in (("dim_room", dim_room), ("num_boxes", num_boxes)):
                 if value is not None:
                     raise ValueError(f"{name}: not used with data_dir (Boxoban levels fix their own rooms)")
             self._levels = self._index_levels(levels_dir, split_name)
-            if max_steps is None:
-                max_steps = BOXOBAN_DEFAULT_MAX_STEPS
+            if contract_arg(contract, "max_steps") is None:
+                contract["max_steps"] = BOXOBAN_DEFAULT_MAX_STEPS
             rooms = [self._level_room(tid) for tid in self._levels]
             self.image_shape = (
                 max(r.height for r in rooms) * render.TILE,
@@ -213,10 +223,7 @@ class SokobanEnv(SeedEnv):
                 )
             self.num_boxes = int(n)
             self.image_shape = (self.height * render.TILE, self.width * render.TILE)
-        super().__init__(
-            split=split, obs_mode=obs_mode, max_steps=max_steps, data_dir=data_dir,
-            reward_mode=reward_mode, render_mode=render_mode,
-        )
+        super().__init__(**contract)
         if search_depth is None:
             search_depth = max(DEFAULT_SEARCH_DEPTH, self.max_steps)
         if not isinstance(search_depth, (int, np.integer)) or isinstance(search_depth, bool) or search_depth < 1:
@@ -367,6 +374,5 @@ class SokobanEnv(SeedEnv):
         return SokobanExpert(self)
 
 
-def make(**kwargs: Any) -> gym.Env:
-    """Entry point of ``seed/Sokoban-v0``: :class:`SokobanEnv` inside gymnasium's ``TimeLimit``."""
-    return make_with_time_limit(SokobanEnv, **kwargs)
+#: Entry point of ``seed/Sokoban-v0``: :class:`SokobanEnv` inside gymnasium's ``TimeLimit``.
+make = time_limited(SokobanEnv)

@@ -9,16 +9,18 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
 from seed_envs.core import (
+    ACT_BY_ADMISSIBLE,
+    AgentDefaults,
     Expert,
     Outcome,
     SeedEnv,
     Task,
-    make_with_time_limit,
+    contract_arg,
     resolve_data_dir,
+    time_limited,
 )
 from seed_envs.webshop.catalog import (
     DATA_ENV_VAR,
@@ -158,16 +160,24 @@ class WebShopEnv(SeedEnv):
     """
 
     default_max_steps = 15
+    agent_defaults = AgentDefaults(
+        prompt={
+            "intro": (
+                "You are an expert shopping agent in WebShop, a simulated e-commerce website. Search "
+                "for products with search[query], open results and choose options with click[...], and "
+                "buy the product that best matches the instruction (its attributes, options and price) "
+                "with click[buy now]. " + ACT_BY_ADMISSIBLE
+            ),
+            "task_header": "Instruction: {task}",
+            "observation_header": "[Step {step}] Current page:",
+        },
+        history=2,
+        max_steps=15,
+    )
 
     def __init__(
         self,
         *,
-        split: str = "train",
-        obs_mode: str = "text",
-        max_steps: int | None = None,
-        data_dir: str | os.PathLike | None = None,
-        reward_mode: str = "env",
-        render_mode: str | None = None,
         mode: str = "text",
         goals: str | None = None,
         num_products: int = 2000,
@@ -179,6 +189,7 @@ class WebShopEnv(SeedEnv):
         max_query_chars: int = 512,
         window_size: Sequence[int] = (800, 600),
         browser: Any = None,
+        **contract: Any,
     ):
         if mode not in MODES:
             raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
@@ -187,8 +198,8 @@ class WebShopEnv(SeedEnv):
             raise ValueError(f"window_size: expected (width, height) ints from 100 to 4000, got {window_size!r}")
         if mode == "browser":
             self.image_shape = (int(window_size[1]), int(window_size[0]))
-        elif obs_mode != "text" or render_mode == "rgb_array":
-            field = "obs_mode" if obs_mode != "text" else "render_mode"
+        elif contract_arg(contract, "obs_mode") != "text" or contract_arg(contract, "render_mode") == "rgb_array":
+            field = "obs_mode" if contract_arg(contract, "obs_mode") != "text" else "render_mode"
             raise ValueError(f"{field}: images are screenshots of the browser; use mode='browser' with it")
         if browser is not None:
             from seed_envs.webshop.browser import SharedBrowser
@@ -208,12 +219,11 @@ class WebShopEnv(SeedEnv):
             raise ValueError(f"max_query_chars: expected a positive int, got {max_query_chars!r}")
         if importlib.util.find_spec("bm25s") is None:
             raise ImportError("seed/WebShop-v0 needs bm25s for its search engine: pip install 'seed-gym[webshop]'")
-        super().__init__(split=split, obs_mode=obs_mode, max_steps=max_steps, data_dir=data_dir,
-                         reward_mode=reward_mode, render_mode=render_mode)
+        super().__init__(**contract)
         self.mode = mode
         self.max_query_chars = max_query_chars
         self.window_size = (int(window_size[0]), int(window_size[1]))
-        self.shop = build_shop(data_dir=data_dir, goals=goals, num_products=num_products, catalog_seed=catalog_seed,
+        self.shop = build_shop(data_dir=self.data_dir, goals=goals, num_products=num_products, catalog_seed=catalog_seed,
                                product_file=product_file, attribute_file=attribute_file,
                                human_goal_file=human_goal_file, cache_dir=cache_dir)
         catalog = self.shop.catalog
@@ -354,5 +364,5 @@ class WebShopEnv(SeedEnv):
         super().close()
 
 
-def make(**kwargs: Any) -> gym.Env:
-    return make_with_time_limit(WebShopEnv, **kwargs)
+#: Entry point of ``seed/WebShop-v0``: :class:`WebShopEnv` inside gymnasium's ``TimeLimit``.
+make = time_limited(WebShopEnv)

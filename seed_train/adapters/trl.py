@@ -15,9 +15,11 @@ Two of TRL's multi-turn hooks are supported:
 TRL repeats every row ``num_generations`` times in a batch; repeats of a row are the same task with
 the same reset seed, so a GRPO group is G rollouts of one identical start state.
 
-Unlike :mod:`seed_train.rollout` (one sample per step, prompts re-rendered with a history window),
-TRL trains on the concatenated conversation, so the rollout samples from that same conversation
-(the model sees the whole episode so far) and the renderer's own history is off.
+The env stack is :func:`wrappers.make_agent_env`, the one the SEED trainer builds, with the env's own
+prompt wording, step budget and answer format. One difference, on purpose: unlike
+:mod:`seed_train.rollout` (one sample per step, prompts re-rendered with a history window), TRL trains
+on the concatenated conversation, so the rollout samples from that same conversation (the model sees
+the whole episode so far) and the renderer's own history is off (``history=0``).
 """
 from __future__ import annotations
 
@@ -29,34 +31,32 @@ from typing import Any
 import gymnasium as gym
 
 import seed_envs  # noqa: F401  (registers the ids)
+from seed_envs.core import ToolVerb
 from seed_train.generation import HFGenerateBackend
 from seed_train.policy import encode_prompt
-from wrappers import LLMActionParser, PromptParts, PromptRenderer, format_instructions, render_prompt
+from wrappers import PromptParts, agent_defaults, make_agent_env, render_prompt
 
 _SENTINEL = "\u2063SEED-RESPONSE\u2063"  # stands in for a response when rendering the turn template
 
 
 @dataclass(frozen=True)
 class TaskEnv:
-    """Which env the adapter builds for each episode (the same knobs as :class:`seed_train.rollout.EnvSpec`)."""
+    """Which env the adapter builds for each episode: the arguments of :func:`wrappers.make_agent_env`
+    (as :class:`seed_train.rollout.EnvSpec`), where None is the env's own agent default."""
 
     env_id: str
     split: str = "train"
-    template: str = "default"
-    action_format: str = "tags"
+    template: str | None = None
+    action_format: str | None = None
     format_penalty: float = 0.1
     max_steps: int | None = None
     env_kwargs: dict = field(default_factory=dict)
 
     def make(self) -> gym.Env:
-        kwargs = dict(self.env_kwargs, split=self.split)
-        if self.max_steps is not None:
-            kwargs["max_steps"] = self.max_steps
-        env = gym.make(self.env_id, **kwargs)
         # history=0: TRL's conversation already carries every earlier turn.
-        env = PromptRenderer(env, template=self.template, history=0,
-                             answer_format=format_instructions(self.action_format))
-        return LLMActionParser(env, format=self.action_format, format_penalty=self.format_penalty)
+        return make_agent_env(self.env_id, split=self.split, template=self.template, history=0,
+                              max_steps=self.max_steps, action_format=self.action_format,
+                              format_penalty=self.format_penalty, env_kwargs=self.env_kwargs)
 
 
 def task_rows(task: TaskEnv, task_ids: Sequence[str], *, base_seed: int = 0) -> list[dict[str, Any]]:
@@ -225,32 +225,13 @@ def make_dataset(rows: Sequence[Mapping[str, Any]]):
 
 
 # ------------------------------------------------------------------------------ tool calling
-@dataclass(frozen=True)
-class ToolVerb:
-    """One action verb exposed as a tool: ``action`` is a format string over ``args`` (name -> description)."""
-
-    name: str
-    description: str
-    action: str
-    args: Mapping[str, str] = field(default_factory=dict)
-
-
-#: Verbs per env id; an env not listed gets one generic ``act(action)`` tool.
-TOOL_VERBS: dict[str, tuple[ToolVerb, ...]] = {
-    "seed/Sokoban-v0": tuple(ToolVerb(d, f"Move {d} (pushes a box in the way).", d) for d in ("up", "down", "left", "right")),
-    "seed/ALFWorld-v0": (
-        ToolVerb("go_to", "Go to a receptacle.", "go to {receptacle}", {"receptacle": "e.g. 'cabinet 1'"}),
-        ToolVerb("open", "Open a receptacle.", "open {receptacle}", {"receptacle": "e.g. 'fridge 1'"}),
-        ToolVerb("close", "Close a receptacle.", "close {receptacle}", {"receptacle": "e.g. 'fridge 1'"}),
-        ToolVerb("take", "Take an object from a receptacle.", "take {object} from {receptacle}",
-                 {"object": "e.g. 'apple 1'", "receptacle": "e.g. 'countertop 1'"}),
-        ToolVerb("put", "Put an object in or on a receptacle.", "put {object} in/on {receptacle}",
-                 {"object": "e.g. 'apple 1'", "receptacle": "e.g. 'fridge 1'"}),
-        ToolVerb("act", "Any other action, e.g. 'heat egg 1 with microwave 1', 'look'.", "{action}",
-                 {"action": "the action text"}),
-    ),
-}
+# ToolVerb (seed_envs.core) is the data an env declares its verbs with (agent_defaults.tool_verbs).
 GENERIC_VERB = ToolVerb("act", "Take one action in the environment.", "{action}", {"action": "the action text"})
+
+
+def env_tool_verbs(env_id: str) -> tuple[ToolVerb, ...]:
+    """The tool verbs ``env_id`` declares (``agent_defaults.tool_verbs``), else one generic ``act(action)``."""
+    return tuple(getattr(agent_defaults(env_id), "tool_verbs", ()) or ()) or (GENERIC_VERB,)
 
 
 def _tool_method(verb: ToolVerb) -> Callable[..., str]:
@@ -310,9 +291,9 @@ class _ToolEnvironment:
 def make_tool_environment(task: TaskEnv, verbs: Sequence[ToolVerb] | None = None) -> type:
     """A class for TRL's ``environment_factory``: ``reset(**row) -> str``, one tool per verb, ``get_reward``.
 
-    ``verbs`` default to :data:`TOOL_VERBS` for the env id (else one generic ``act(action)`` tool).
+    ``verbs`` default to the verbs the env declares (:func:`env_tool_verbs`; else one generic ``act(action)``).
     """
-    verbs = tuple(verbs) if verbs is not None else TOOL_VERBS.get(task.env_id, (GENERIC_VERB,))
+    verbs = tuple(verbs) if verbs is not None else env_tool_verbs(task.env_id)
     names = [v.name for v in verbs]
     if len(set(names)) != len(names) or {"reset", "get_reward"} & set(names):
         raise ValueError(f"verbs: names must be unique and not reset/get_reward, got {names}")

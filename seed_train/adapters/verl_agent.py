@@ -26,8 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 import seed_envs  # noqa: F401  (registers the ids)
-from seed_train.config import ENV_DEFAULTS
-from wrappers import LLMActionParser, PromptRenderer, format_instructions
+from wrappers import make_agent_env
 
 _ENDED = "The episode has ended."
 
@@ -41,32 +40,24 @@ class SeedEnvironmentManager:
         group_n: rollouts per task (``env.rollout.n``); envs ``[g*n, (g+1)*n)`` share task and seed.
         seed: base reset seed; reset number ``r`` gives group ``g`` the seed
             ``seed + r * num_groups + g``, so every reset draws fresh tasks, reproducibly.
-        split, history, template, action_format, format_penalty, max_steps, env_kwargs: the env stack
-            (defaults: the paper's per-env values in :data:`seed_train.config.ENV_DEFAULTS`).
+        split, history, template, action_format, format_penalty, max_steps, env_kwargs: the env stack,
+            :func:`wrappers.make_agent_env` (None: the env's own agent defaults, as the SEED trainer uses).
     """
 
     def __init__(self, env_id: str, num_groups: int, group_n: int = 1, *, seed: int = 0, split: str = "train",
-                 history: int | None = None, template: str | None = None, action_format: str = "tags",
+                 history: int | None = None, template: str | None = None, action_format: str | None = None,
                  format_penalty: float = 0.1, max_steps: int | None = None, env_kwargs: dict | None = None):
         if num_groups < 1 or group_n < 1:
             raise ValueError(f"num_groups and group_n must be >= 1, got {num_groups}, {group_n}")
-        defaults = ENV_DEFAULTS.get(env_id, {})
         self.env_id = env_id
         self.num_groups = num_groups
         self.group_n = group_n
         self.seed = seed
-        kwargs = dict(env_kwargs or {}, split=split)
-        max_steps = max_steps if max_steps is not None else defaults.get("max_steps")
-        if max_steps is not None:
-            kwargs["max_steps"] = max_steps
-        history = history if history is not None else defaults.get("history", 2)
-        template = template or defaults.get("template", "default")
-        self.envs: list[gym.Env] = []
-        for _ in range(num_groups * group_n):
-            env = gym.make(env_id, **kwargs)
-            env = PromptRenderer(env, template=template, history=history,
-                                 answer_format=format_instructions(action_format))
-            self.envs.append(LLMActionParser(env, format=action_format, format_penalty=format_penalty))
+        self.envs: list[gym.Env] = [
+            make_agent_env(env_id, split=split, template=template, history=history, max_steps=max_steps,
+                           action_format=action_format, format_penalty=format_penalty, env_kwargs=env_kwargs)
+            for _ in range(num_groups * group_n)
+        ]
         self._resets = 0
         self._done = np.zeros(len(self.envs), dtype=bool)
         self._last_obs: list[dict] = [{} for _ in self.envs]
@@ -181,7 +172,7 @@ def make_envs(config: Any) -> tuple[SeedEnvironmentManager, SeedEnvironmentManag
     group_n = int(_get(config, "env.rollout.n", 1) or 1)
     seed = int(_get(config, "env.seed", 0))
     common = dict(history=_get(config, "env.history_length"), max_steps=_get(config, "env.max_steps"),
-                  action_format=_get(config, "env.action_format", "tags"),
+                  action_format=_get(config, "env.action_format"),
                   env_kwargs=dict(_get(config, "env.env_kwargs", {}) or {}))
     train = SeedEnvironmentManager(env_id, int(_get(config, "data.train_batch_size")), max(group_n, 1), seed=seed,
                                    split=_get(config, "env.split", "train"), **common)

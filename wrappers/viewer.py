@@ -104,7 +104,7 @@ def step_record(s, jsonl: Path, images: ImageTable | None) -> dict[str, Any]:
         "action": s.action, "reward": s.reward, "flags": flags, "info": s.info,
         "image": images.add(image) if image is not None else None,
         "token_ids": s.response_token_ids, "token_text": s.response_tokens,
-        "logprobs": s.response_logprobs, "teacher": s.teacher_logprobs,
+        "logprobs": s.response_logprobs, "teacher": s.teacher_logprobs, "usage": s.usage,
     }
 
 

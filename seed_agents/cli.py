@@ -5,6 +5,8 @@
     seed-envs eval seed/EZPoints-v0 --split unseen --agent expert
     seed-envs record seed/Sokoban-v0 --split train --agent random --episodes 20 --out traj.jsonl
     seed-envs view traj.jsonl --out report.html        # or a run folder; one self-contained HTML file
+    seed-envs eval seed/EZPoints-v0 --split unseen --agent openai --base-url http://127.0.0.1:8080/v1 \
+        --model smollm2 --concurrency 4                # any OpenAI-compatible endpoint (docs/endpoints.md)
 """
 from __future__ import annotations
 
@@ -12,62 +14,17 @@ import argparse
 import json
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
 
 import seed_envs
+from seed_agents.agents import Agent, make_agent
+from seed_agents.runner import EpisodeResult, play_panel
 from seed_envs.core import SeedEnv
 
-Agent = Callable[[dict, dict], str]
-
-
-def make_agent(env: gym.Env, kind: str, seed: int = 0) -> Agent:
-    """``expert`` (the env's own expert) or ``random`` (uniform over admissible actions)."""
-    if kind == "expert":
-        return seed_envs.make_expert(env)
-    if kind == "random":
-        rng = np.random.default_rng(seed)
-        space = env.action_space
-
-        def random_agent(obs: dict, info: dict) -> str:
-            actions = info.get("admissible_actions")
-            if actions:
-                return actions[int(rng.integers(len(actions)))]
-            return space.sample()
-
-        return random_agent
-    raise ValueError(f"--agent: expected 'expert' or 'random', got {kind!r}")
-
-
-@dataclass
-class EpisodeResult:
-    task_id: str
-    category: str
-    success: bool
-    score: float
-    return_: float
-    steps: int
-
-
-def run_episode(env: gym.Env, agent: Agent, *, task_id: str | None = None, seed: int | None = None) -> EpisodeResult:
-    """Play one episode to its end (terminated or truncated by the env's TimeLimit)."""
-    obs, info = env.reset(seed=seed, options={"task_id": task_id} if task_id is not None else None)
-    total, steps = 0.0, 0
-    while True:
-        obs, reward, terminated, truncated, info = env.step(agent(obs, info))
-        total += float(reward)
-        steps += 1
-        if terminated or truncated:
-            break
-    return EpisodeResult(info["task_id"], info["category"], bool(info["success"]), float(info["score"]), total, steps)
-
-
-def evaluate(env: gym.Env, agent: Agent, task_ids: Iterable[str]) -> list[EpisodeResult]:
-    """Each task of the panel exactly once, in panel order (independent of workers or processes)."""
-    return [run_episode(env, agent, task_id=t) for t in task_ids]
+AGENTS = ("expert", "random", "openai")
 
 
 def summarize(results: list[EpisodeResult]) -> dict[str, dict[str, float]]:
@@ -100,6 +57,8 @@ def format_table(summary: dict[str, dict[str, float]]) -> str:
 
 
 def _make(args: argparse.Namespace) -> gym.Env:
+    """The env for ``args.agent``: the bare env for scripted agents; for a model agent the same stack as
+    training (prompt renderer and action parser with the env's own defaults; see wrappers.stack)."""
     kwargs = json.loads(args.kwargs) if args.kwargs else {}
     if not isinstance(kwargs, dict):
         raise SystemExit("--kwargs: expected a JSON object")
@@ -107,7 +66,35 @@ def _make(args: argparse.Namespace) -> gym.Env:
         value = getattr(args, name, None)
         if value is not None:
             kwargs[name] = value
-    return gym.make(args.env_id, **kwargs)
+    if getattr(args, "agent", None) != "openai":
+        return gym.make(args.env_id, **kwargs)
+    from wrappers.stack import make_agent_env
+
+    stack_args = {name: kwargs.pop(name) for name in ("split", "max_steps") if name in kwargs}
+    return make_agent_env(args.env_id, history=args.history, action_format=args.action_format,
+                          env_kwargs=kwargs, **stack_args)
+
+
+def _agent_factory(args: argparse.Namespace) -> Callable[[gym.Env], Agent]:
+    """A function giving each worker env its agent: scripted agents are bound to their env, the endpoint
+    agent is one object shared by all workers (its client is thread-safe)."""
+    if args.agent != "openai":
+        return lambda env: make_agent(env, args.agent, seed=args.seed)
+    from seed_agents.openai_endpoint import OpenAIChatAgent
+
+    if not args.base_url or not args.model:
+        raise ValueError("--agent openai: needs --base-url URL and --model NAME")
+    agent = OpenAIChatAgent(args.base_url, args.model, api_key_env=args.api_key_env, temperature=args.temperature,
+                            seed=args.seed, max_tokens=args.max_tokens, timeout=args.timeout,
+                            max_retries=args.max_retries)
+    return lambda env: agent
+
+
+def _print_errors(results: list[EpisodeResult]) -> None:
+    failed = [r for r in results if r.error]
+    if failed:
+        print(f"{len(failed)} of {len(results)} episodes ended on an agent error (counted as failures); "
+              f"first: {failed[0].task_id}: {failed[0].error}", file=sys.stderr)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -165,41 +152,39 @@ def cmd_play(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     env = _make(args)
-    agent = make_agent(env, args.agent, seed=args.seed)
-    panel = env.unwrapped.task_ids()
+    split, panel = env.unwrapped.split, env.unwrapped.task_ids()
+    env.close()
     if args.limit:
         panel = panel[: args.limit]
-    results = evaluate(env, agent, panel)
+    results = play_panel(lambda: _make(args), _agent_factory(args), panel, concurrency=args.concurrency)
     summary = summarize(results)
-    print(f"{args.env_id} split={env.unwrapped.split} agent={args.agent} tasks={len(panel)}")
+    print(f"{args.env_id} split={split} agent={args.agent} tasks={len(panel)}")
     print(format_table(summary))
+    _print_errors(results)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"env_id": args.env_id, "split": env.unwrapped.split, "agent": args.agent,
+            json.dump({"env_id": args.env_id, "split": split, "agent": args.agent,
                        "summary": summary, "episodes": [r.__dict__ for r in results]}, f, indent=1)
-    env.close()
     return 0
 
 
 def cmd_record(args: argparse.Namespace) -> int:
+    """Episodes reset with seeds seed, seed+1, ...; with --concurrency N several play at once, each written
+    as it ends (so the file's order is then the order they finished in)."""
     from wrappers import TrajectoryRecorder, TrajectoryWriter
 
+    agent_for = _agent_factory(args)
     with TrajectoryWriter(args.out) as writer:
-        env = TrajectoryRecorder(_make(args), sink=writer, env_id=args.env_id)
-        agent = make_agent(env, args.agent, seed=args.seed)
-        for i in range(args.episodes):
-            obs, info = env.reset(seed=args.seed + i)
-            while True:
-                obs, _, terminated, truncated, info = env.step(agent(obs, info))
-                if terminated or truncated:
-                    break
-        env.close()
+        results = play_panel(lambda: TrajectoryRecorder(_make(args), sink=writer, env_id=args.env_id), agent_for,
+                             [None] * args.episodes, seeds=[args.seed + i for i in range(args.episodes)],
+                             concurrency=args.concurrency)
         print(f"wrote {writer.count} episodes to {args.out}")
+    _print_errors(results)
     return 0
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    from seed_envs.viewer import write_viewer
+    from wrappers.viewer import write_viewer
 
     out = write_viewer(args.paths, args.out, with_images=not args.no_images)
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB); open it in any browser, no server needed")
@@ -231,15 +216,32 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("play", help="play in the terminal")
     env_args(sp)
     sp.set_defaults(fn=cmd_play)
+    def agent_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--agent", default="expert", choices=AGENTS,
+                        help="expert, random, or openai (a model behind an OpenAI-compatible endpoint)")
+        sp.add_argument("--concurrency", type=int, default=1, help="episodes played at once (threads, one env each)")
+        g = sp.add_argument_group("--agent openai (docs/endpoints.md)")
+        g.add_argument("--base-url", dest="base_url", default=None, help="API root, e.g. http://127.0.0.1:8080/v1")
+        g.add_argument("--model", default=None, help="the model name the server knows")
+        g.add_argument("--api-key-env", dest="api_key_env", default=None,
+                       help="environment variable holding the API key (default OPENAI_API_KEY, optional)")
+        g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+        g.add_argument("--max-tokens", dest="max_tokens", type=int, default=256)
+        g.add_argument("--timeout", type=float, default=60.0, help="seconds per attempt")
+        g.add_argument("--max-retries", dest="max_retries", type=int, default=2, help="on 429/5xx/timeouts, with backoff")
+        g.add_argument("--history", type=int, default=None, help="past steps in the prompt (default: the env's)")
+        g.add_argument("--action-format", dest="action_format", default=None,
+                       help="how the model writes its action (default: the env's)")
+
     sp = sub.add_parser("eval", help="run an agent on a split's full panel; table by category")
     env_args(sp)
-    sp.add_argument("--agent", default="expert", help="expert or random")
+    agent_args(sp)
     sp.add_argument("--limit", type=int, default=0, help="only the first N tasks of the panel")
     sp.add_argument("--json", default=None, help="also write results to this JSON file")
     sp.set_defaults(fn=cmd_eval)
     sp = sub.add_parser("record", help="record episodes to a trajectory JSONL file")
     env_args(sp)
-    sp.add_argument("--agent", default="expert", help="expert or random")
+    agent_args(sp)
     sp.add_argument("--episodes", type=int, default=10)
     sp.add_argument("--out", required=True, help="output .jsonl (images go to OUT.images/)")
     sp.set_defaults(fn=cmd_record)
@@ -261,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except ValueError as e:  # configuration errors: say which field, no traceback
+    except (ValueError, ImportError) as e:  # configuration errors, a missing extra: say which, no traceback
         print(f"seed-envs: {e}", file=sys.stderr)
         return 2
 
