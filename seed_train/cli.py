@@ -257,14 +257,14 @@ def main_eval(argv: list[str] | None = None) -> int:
     g.add_argument("--timeout", type=float, default=60.0, help="seconds per request attempt")
     g.add_argument("--max-retries", type=int, default=2, help="retries with backoff on 429/5xx and timeouts")
     args = p.parse_args(argv)
-    if args.endpoint:
-        return eval_endpoint(args)
     if len(args.seeds) > 1 and not args.sample:
         args.sample = True
         print("seed-eval: several --seeds: sampling (temperature 1) so that the seeds differ", file=sys.stderr)
-    from seed_train.evaluate import aggregate_seeds, evaluate_policy, markdown_table, write_report
-    from seed_train.preflight import check_env, check_model, check_output_dir
-    from seed_train.trainer import env_spec, load
+    if args.endpoint:
+        return eval_endpoint(args)
+    from seed_train.evaluate import evaluate_policy, markdown_table, write_report
+    from seed_train.preflight import check_model, check_output_dir
+    from seed_train.trainer import load
     from seed_train.threads import torch_threads
 
     try:
@@ -274,10 +274,7 @@ def main_eval(argv: list[str] | None = None) -> int:
         # Everything but the weights is checked first: a bad env, split or --out fails in a second, not after
         # the model has loaded, and leaves no --out folder behind.
         check_model(args.model, "--model")
-        spec = env_spec(cfg, args.split)
-        env_kwargs = dict(spec.env_kwargs, split=args.split, **({} if spec.max_steps is None else
-                                                                {"max_steps": spec.max_steps}))
-        check_env(spec.env_id, env_kwargs, {"env_id": "--env", "split": "--split", "env_kwargs": "--env-kwargs"})
+        spec = checked_eval_spec(cfg, args.split)
         check_output_dir(args.out, "--out")
         policy = load(cfg)  # a vision-language model folder loads as one (obs_mode image / text+image envs)
     except ValueError as e:  # (SetupError is one)
@@ -286,18 +283,14 @@ def main_eval(argv: list[str] | None = None) -> int:
     with torch_threads(args.threads) as threads:
         for seed in args.seeds:
             threads.refresh()
-            summary = evaluate_policy(policy.backend, policy.tokenizer, env_spec(cfg, args.split),
+            summary = evaluate_policy(policy.backend, policy.tokenizer, spec,
                                       max_new_tokens=args.max_new_tokens, limit=args.limit, greedy=not args.sample,
                                       seed=seed, trajectories_path=Path(args.out) / f"seed{seed}.trajectories.jsonl",
                                       progress=f"seed {seed}")
             write_report(summary, args.out, f"eval_seed{seed}")
             print(markdown_table(summary, f"{args.env} {args.split} seed {seed}"))
             summaries.append(summary)
-    if len(summaries) > 1:
-        agg = aggregate_seeds(summaries)
-        (Path(args.out) / "eval_seeds.json").write_text(json.dumps(agg, indent=1))
-        for name, r in agg.items():
-            print(f"{name}: success {r['success_mean']:.3f} ± {r['success_sd']:.3f} over {r['seeds']} seeds")
+    write_seed_aggregate(summaries, args.out)
     return 0
 
 
@@ -305,21 +298,14 @@ def eval_endpoint(args: argparse.Namespace) -> int:
     """``seed-eval --endpoint URL --model NAME``: the panel, reports and files of a local evaluation, played by
     a model behind an OpenAI-compatible endpoint (greedy, or temperature 1 with --sample; seeded per --seeds)."""
     from seed_agents.openai_endpoint import OpenAIChatAgent
-    from seed_train.evaluate import aggregate_seeds, evaluate_endpoint, markdown_table, write_report
-    from seed_train.preflight import check_env, check_output_dir
-    from seed_train.trainer import env_spec
+    from seed_train.evaluate import evaluate_endpoint, markdown_table, write_report
+    from seed_train.preflight import check_output_dir
 
-    if len(args.seeds) > 1 and not args.sample:
-        args.sample = True
-        print("seed-eval: several --seeds: sampling (temperature 1) so that the seeds differ", file=sys.stderr)
     try:
         cfg = SeedConfig(env_id=args.env, model=args.model, lora=False, eval_split=args.split,
                          action_format=args.action_format, history=args.history, env_kwargs=args.env_kwargs,
                          max_new_tokens=args.max_new_tokens, eval_limit=args.limit)
-        spec = env_spec(cfg, args.split)
-        env_kwargs = dict(spec.env_kwargs, split=args.split, **({} if spec.max_steps is None else
-                                                                {"max_steps": spec.max_steps}))
-        check_env(spec.env_id, env_kwargs, {"env_id": "--env", "split": "--split", "env_kwargs": "--env-kwargs"})
+        spec = checked_eval_spec(cfg, args.split)
         check_output_dir(args.out, "--out")
         if args.concurrency < 1:
             raise ValueError(f"--concurrency: expected >= 1, got {args.concurrency}")
@@ -339,12 +325,32 @@ def eval_endpoint(args: argparse.Namespace) -> int:
             print(f"seed-eval: {summary['meta']['errors']} episodes ended on endpoint errors (counted as failures; "
                   "see meta.error in the trajectories)", file=sys.stderr)
         summaries.append(summary)
-    if len(summaries) > 1:
-        agg = aggregate_seeds(summaries)
-        (Path(args.out) / "eval_seeds.json").write_text(json.dumps(agg, indent=1))
-        for name, r in agg.items():
-            print(f"{name}: success {r['success_mean']:.3f} ± {r['success_sd']:.3f} over {r['seeds']} seeds")
+    write_seed_aggregate(summaries, args.out)
     return 0
+
+
+def checked_eval_spec(cfg: SeedConfig, split: str):
+    """The env stack ``seed-eval`` plays, its env checked first (a bad --env, --split or --env-kwargs fails
+    in a second, before any model or endpoint is used)."""
+    from seed_train.preflight import check_env
+    from seed_train.trainer import env_spec
+
+    spec = env_spec(cfg, split)
+    env_kwargs = dict(spec.env_kwargs, split=split, **({} if spec.max_steps is None else {"max_steps": spec.max_steps}))
+    check_env(spec.env_id, env_kwargs, {"env_id": "--env", "split": "--split", "env_kwargs": "--env-kwargs"})
+    return spec
+
+
+def write_seed_aggregate(summaries: list[dict], out: str | Path) -> None:
+    """With several seeds: ``OUT/eval_seeds.json`` (mean ± sd over seeds per category) and a line each."""
+    from seed_train.evaluate import aggregate_seeds
+
+    if len(summaries) < 2:
+        return
+    agg = aggregate_seeds(summaries)
+    (Path(out) / "eval_seeds.json").write_text(json.dumps(agg, indent=1))
+    for name, r in agg.items():
+        print(f"{name}: success {r['success_mean']:.3f} ± {r['success_sd']:.3f} over {r['seeds']} seeds")
 
 
 if __name__ == "__main__":

@@ -359,7 +359,8 @@ class SeedConfig:
         read = default_history if name == "history" else default_max_steps
         try:
             return read(self.env_id)
-        except gym.error.Error:  # an id not registered: the generic defaults
+        except (gym.error.Error, ImportError):  # an id not registered (or its package missing): the generic
+            # defaults; preflight's env check then names the bad --env-id
             return read(None)
 
     def arm(self, name: str) -> SeedConfig:

@@ -57,6 +57,7 @@ class ScriptedServer:
                     answer = server.script.pop(0) if server.script else None
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                self._counted = True
                 try:
                     if answer == HANG:
                         server._release.wait(30)
@@ -67,10 +68,18 @@ class ScriptedServer:
                     time.sleep(server.delay)
                     self._send(200, completion(server.reply, body))
                 finally:
-                    with server._lock:
+                    self._answered()
+
+            def _answered(self):
+                """A request stops counting as in flight *before* its answer is written: once the client has
+                the answer it may send its next request at once, before this thread would run again."""
+                with server._lock:
+                    if self._counted:
+                        self._counted = False
                         server.in_flight -= 1
 
             def _send(self, status, payload, headers=None):
+                self._answered()
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
