@@ -9,7 +9,7 @@ and ``diff`` the two files.
 
 Runs against the current tree and older ones (it imports only names that exist in both), e.g.::
 
-    cd /tmp/base && PYTHONPATH=/tmp/base python /work/main/benchmarks/prompt_snapshot.py --out /tmp/before.json
+    cd /tmp/base && PYTHONPATH=/tmp/base python /path/to/seed-gym/benchmarks/prompt_snapshot.py --out /tmp/before.json
     python benchmarks/prompt_snapshot.py --out /tmp/after.json && diff /tmp/before.json /tmp/after.json
 """
 from __future__ import annotations
