@@ -20,7 +20,7 @@ completions on both sides.
   backward, clipping, AdamW). TRL exposes no public timing hook per phase, so a subclass wraps those
   two methods (timing only, behaviour unchanged).
 - Ours: the trainer's pieces for one iteration: prompts encoded with
-  :func:`seed_train.policy.encode_prompt`, :class:`seed_train.generation.HFGenerateBackend` (its
+  :func:`seed_train.codec.encode_prompt`, :class:`seed_train.generation.HFGenerateBackend` (its
   default path, row seeds), group-normalised advantages of the rewards, :class:`StepSample` per
   completion, :func:`seed_train.trainer.score_samples` (reference pass when beta > 0, against a frozen
   copy made once as TRL makes its reference model once), :func:`seed_train.trainer.update_policy`
@@ -61,7 +61,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from seed_train.advantages import grpo_episode_advantages  # noqa: E402
 from seed_train.config import SeedConfig  # noqa: E402
 from seed_train.generation import HFGenerateBackend  # noqa: E402
-from seed_train.policy import LoraSettings, encode_prompt, frozen_copy, load_policy, resolve_model  # noqa: E402
+from seed_train.codec import encode_prompt  # noqa: E402
+from seed_train.policy import LoraSettings, frozen_copy, load_policy, resolve_model  # noqa: E402
 from seed_train.samples import StepSample  # noqa: E402
 from seed_train.threads import torch_threads  # noqa: E402
 from seed_train.trainer import score_samples, update_policy  # noqa: E402

@@ -33,7 +33,7 @@ def child(model: str, threads: str, repeats: int) -> None:
 
     from seed_train.config import SeedConfig
     from seed_train.evaluate import panel_of
-    from seed_train.policy import encode_prompt
+    from seed_train.codec import encode_prompt
     from seed_train.scoring import response_logprobs
     from seed_train.threads import ThreadPolicy
     from seed_train.trainer import env_spec, load
@@ -47,7 +47,7 @@ def child(model: str, threads: str, repeats: int) -> None:
     prompts = []
     for task_id in panel_of(spec)[:8]:
         obs, _ = env.reset(seed=0, options={"task_id": task_id})
-        prompts.append(encode_prompt(policy.tokenizer, obs["prompt"]))
+        prompts.append(encode_prompt(policy.codec, obs["prompt"]))
     params = [p for p in policy.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-5)
     rounds = []

@@ -66,7 +66,7 @@ def run(args) -> None:
     jobs = group_jobs(sample_tasks(panel_of(spec), args.episodes // 4, rng), 4, base_seed=0, prefix="bench")
     stats = RolloutStats()
     t0 = time.perf_counter()
-    trajs = run_episodes(policy.backend, policy.tokenizer, EnvPool(spec), jobs, max_new_tokens=cfg.max_new_tokens,
+    trajs = run_episodes(policy.backend, policy.codec, EnvPool(spec), jobs, max_new_tokens=cfg.max_new_tokens,
                          seed=0, stats=stats)
     rollout_s = time.perf_counter() - t0
     advantages = step_advantages(trajs)
@@ -85,7 +85,7 @@ def run(args) -> None:
             trainer.response_logprobs = whole_prompts(shared_logprobs) if name.endswith("whole prompts") else shared_logprobs
             load_trainable_state(policy.model, start)
             run_cfg = SeedConfig(**{**cfg.to_dict(), "opd_coef": opd_coef})
-            samples = build_samples(trajs, advantages, [skill] * len(trajs), policy.tokenizer)
+            samples = build_samples(trajs, advantages, [skill] * len(trajs), policy.codec)
             n_samples = len(samples)
             optimizer = torch.optim.AdamW([q for q in policy.model.parameters() if q.requires_grad], lr=run_cfg.lr)
             t0 = time.perf_counter()

@@ -11,7 +11,7 @@ pass under skill-augmented prompts (every step gets a valid skill, the worst cas
 update, full fine-tuning. Weights are restored before each repeat; the table shows medians and the
 time per step sample (random policies play different numbers of steps). Prints the table and the
 image/text time ratios. The tiny VLM turns a 300x300 table into 9 image tokens (its processor's pixel
-budget, see seed_train.vision.build_tiny_vlm), so the ratio measures the image path's machinery
+budget, see seed_train.tiny.build_tiny_vlm), so the ratio measures the image path's machinery
 (processor, vision tower, multimodal positions, no shared-prefix scoring), not a real VLM's image cost.
 """
 from __future__ import annotations
@@ -30,9 +30,9 @@ from seed_train.policy import frozen_copy
 from seed_train.rollout import EnvPool, group_jobs, run_episodes, sample_tasks
 from seed_train.samples import build_samples, step_advantages
 from seed_train.skills import Skill
-from seed_train.tiny import cached_tiny_model
+from seed_train.tiny import cached_tiny_model, cached_tiny_vlm
 from seed_train.trainer import env_spec, load, score_samples, update_policy
-from seed_train.vision import cached_tiny_vlm, image_token_id
+from seed_train.vision import image_token_id
 
 SKILL = "Use each card's number once; add them if the sum is the target, else multiply, then finish with =."
 
@@ -47,7 +47,7 @@ def measure(name: str, model: str, obs_mode: str, args: argparse.Namespace) -> d
     rng = np.random.default_rng(0)
     jobs = group_jobs(sample_tasks(panel_of(spec), args.episodes // 4, rng), 4, base_seed=0, prefix="bench")
     t0 = time.perf_counter()
-    trajs = run_episodes(policy.backend, policy.tokenizer, EnvPool(spec), jobs, max_new_tokens=cfg.max_new_tokens, seed=0)
+    trajs = run_episodes(policy.backend, policy.codec, EnvPool(spec), jobs, max_new_tokens=cfg.max_new_tokens, seed=0)
     rollout_s = time.perf_counter() - t0
     advantages = step_advantages(trajs)
     start = trainable_state(policy.model)
@@ -55,7 +55,7 @@ def measure(name: str, model: str, obs_mode: str, args: argparse.Namespace) -> d
     for _ in range(args.repeats):
         load_trainable_state(policy.model, start)
         t0 = time.perf_counter()
-        samples = build_samples(trajs, advantages, [Skill("", SKILL)] * len(trajs), policy.tokenizer)
+        samples = build_samples(trajs, advantages, [Skill("", SKILL)] * len(trajs), policy.codec)
         build_s = time.perf_counter() - t0
         optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=cfg.lr)
         t0 = time.perf_counter()

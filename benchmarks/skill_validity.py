@@ -1,7 +1,7 @@
 """Skill validity after Stage 1: how often the policy's own skills are valid on fresh rollouts.
 
     OMP_NUM_THREADS=2 nice python benchmarks/skill_validity.py [--env-id seed/EZPoints-v0] [--demos 24]
-        [--epochs 1] [--lr 5e-4] [--rollouts 24] [--analyzer-retries 0] [--model smollm2-135m] [--seed 0]
+        [--epochs 1] [--lr 5e-4] [--skill-repeats 1] [--rollouts 24] [--analyzer-retries 0] [--model smollm2-135m] [--seed 0]
 
 Runs Stage 1 with the trainer's own pieces (``seed_train.trainer.load`` and ``run_stage1``; defaults:
 the quickstart's settings, ``seed_train.cli.QUICKSTART``), then plays fresh rollouts of train tasks
@@ -27,7 +27,6 @@ from seed_train.evaluate import panel_of
 from seed_train.rollout import EnvPool, group_jobs, run_episodes, sample_tasks
 from seed_train.skills import parse_skill
 from seed_train.trainer import env_spec, generate_skills, load, run_stage1
-from seed_train.vision import encode_analyzer_prompt
 
 ENV_SPECIFIC = ("template", "history", "max_steps")  # QUICKSTART's values are for EZPoints
 
@@ -35,6 +34,7 @@ ENV_SPECIFIC = ("template", "history", "max_steps")  # QUICKSTART's values are f
 def config(args: argparse.Namespace) -> SeedConfig:
     settings = {**QUICKSTART, "env_id": args.env_id, "model": args.model, "seed": args.seed,
                 "stage1_demos": args.demos, "stage1_epochs": args.epochs, "stage1_lr": args.lr,
+                "stage1_skill_repeats": args.skill_repeats,
                 "eval_before": False, "eval_after": False, "output_dir": "runs/skill_validity"}
     if args.env_id != QUICKSTART["env_id"]:
         for key in ENV_SPECIFIC:
@@ -53,6 +53,7 @@ def main() -> None:
     p.add_argument("--demos", type=int, default=QUICKSTART["stage1_demos"], help="Stage 1 demonstrations")
     p.add_argument("--epochs", type=int, default=QUICKSTART["stage1_epochs"], help="Stage 1 epochs")
     p.add_argument("--lr", type=float, default=QUICKSTART["stage1_lr"], help="Stage 1 learning rate")
+    p.add_argument("--skill-repeats", type=int, default=1, help="copies of each skill pair per Stage 1 epoch")
     p.add_argument("--rollouts", type=int, default=24, help="fresh rollouts analysed (groups of the quickstart's size)")
     p.add_argument("--skill-max-new-tokens", type=int, default=0, help="analyzer budget (0: the quickstart's)")
     p.add_argument("--analyzer-retries", type=int, default=None,
@@ -76,12 +77,12 @@ def main() -> None:
                       prefix="validity")
     pool = EnvPool(spec)
     t1 = time.perf_counter()
-    trajectories = run_episodes(policy.backend, policy.tokenizer, pool, jobs, max_new_tokens=cfg.max_new_tokens,
+    trajectories = run_episodes(policy.backend, policy.codec, pool, jobs, max_new_tokens=cfg.max_new_tokens,
                                 temperature=cfg.temperature, top_p=cfg.top_p, seed=args.seed + 1)
     pool.close()
     rollout_s = time.perf_counter() - t1
     t2 = time.perf_counter()
-    skills = generate_skills(policy.backend, policy.tokenizer, trajectories, cfg, seed=args.seed + 2)
+    skills = generate_skills(policy.backend, policy.codec, trajectories, cfg, seed=args.seed + 2)
     analyze_s = time.perf_counter() - t2
 
     valid = [s is not None for s in skills]
@@ -90,7 +91,7 @@ def main() -> None:
                for t, s in zip(trajectories, skills) if s is not None]
     n = len(trajectories)
     print(f"\n{cfg.env_id}  model {cfg.model}  Stage 1: {cfg.stage1_demos} demos, {cfg.stage1_epochs} epoch(s), "
-          f"lr {cfg.stage1_lr}, {stage1['stage1_pairs']} pairs, loss {stage1['stage1_loss_first']:.3f} -> "
+          f"lr {cfg.stage1_lr}, skill pairs x{cfg.stage1_skill_repeats}, {stage1['stage1_pairs']} pairs, loss {stage1['stage1_loss_first']:.3f} -> "
           f"{stage1['stage1_loss_last']:.3f}  analyzer budget {cfg.skill_max_new_tokens} tokens, "
           f"{cfg.analyzer_retries} retries")
     print(f"skill validity: {sum(valid)}/{n} = {sum(valid) / n:.0%}   (target >= 80%)")
@@ -108,7 +109,7 @@ def main() -> None:
     bad = [t for t, ok in zip(trajectories, valid) if not ok][:3]
     if bad:
         # A fresh sample of the same prompts: what an invalid answer tends to look like.
-        prompts = [encode_analyzer_prompt(policy.tokenizer, t, cfg.analyzer_images) for t in bad]
+        prompts = [policy.codec.encode_analyzer(t, cfg.analyzer_images) for t in bad]
         gens = policy.backend.generate(prompts, max_new_tokens=cfg.skill_max_new_tokens, temperature=cfg.temperature,
                                        top_p=cfg.top_p, seed=args.seed + 3)
         print("\ninvalid answers (re-sampled):")

@@ -82,7 +82,7 @@ def operator_probs(model, tokenizer, prompts: dict[str, list[int]]) -> dict[str,
 
 def skill_steering(model, tokenizer, steps: dict, skills: dict[str, str]) -> list[tuple[str, dict]]:
     """P(+), P(*) at the operator step with each skill in the prompt (the teacher prompt OPD scores with)."""
-    from seed_train.policy import encode_prompt
+    from seed_train.codec import encode_prompt
     from seed_train.skills import skill_augmented_prompt
 
     rows = []
@@ -115,12 +115,12 @@ def main() -> None:
         tasks = tasks_by_category(cfg, args.per_category, rng)
         jobs = group_jobs(tasks, cfg.group_size, base_seed=args.seed, prefix="probe")
         pool = EnvPool(env_spec(cfg, cfg.train_split), "sync")
-        trajectories = run_episodes(policy.backend, policy.tokenizer, pool, jobs, max_new_tokens=cfg.max_new_tokens,
+        trajectories = run_episodes(policy.backend, policy.codec, pool, jobs, max_new_tokens=cfg.max_new_tokens,
                                     temperature=1.0, seed=args.seed)
         pool.close()
         advantages = step_advantages(trajectories, group_stats=cfg.group_stats, format_penalty_on=cfg.format_penalty_on,
                                      format_penalty=cfg.format_penalty)
-        samples = build_samples(trajectories, advantages, [None] * len(trajectories), policy.tokenizer)
+        samples = build_samples(trajectories, advantages, [None] * len(trajectories), policy.codec)
         signal: dict[tuple[str, str], list[float]] = {}
         prompts: dict[str, list[int]] = {}
         operator_steps = {}
@@ -136,10 +136,10 @@ def main() -> None:
         for (category, action), values in sorted(signal.items()):
             print(f"  {category:8s} {action!r:6s} n={len(values):3d} sum A = {sum(values):+.2f}")
         start = copy.deepcopy(policy.model.state_dict())
-        before = operator_probs(policy.model, policy.tokenizer, prompts)
+        before = operator_probs(policy.model, policy.codec, prompts)
         # The env's own hindsight rules (what a valid skill says), as the teacher prompt carries them.
         steering = [("no skill (the student)", before)] + skill_steering(
-            policy.model, policy.tokenizer, operator_steps,
+            policy.model, policy.codec, operator_steps,
             {"product rule": FAILURE_RULES["wrong_operation_product"], "sum rule": SUCCESS_RULES["sum"],
              "check the value": FAILURE_RULES["wrong_value"]})
         rows = [("Stage 1 (no update)", before)]
@@ -151,7 +151,7 @@ def main() -> None:
             update_policy(policy.model, make(params), samples, {"ref_logprobs": None, "teacher_logprobs": None},
                           cfg, np.random.default_rng(args.seed))
             policy.model.eval()
-            rows.append((name, operator_probs(policy.model, policy.tokenizer, prompts)))
+            rows.append((name, operator_probs(policy.model, policy.codec, prompts)))
     cats = sorted(prompts)
     print("\n| Stage 1 policy, prompt | " + " | ".join(f"{c}: P(+) | {c}: P(*)" for c in cats) + " |")
     print("|---|" + "---:|---:|" * len(cats))

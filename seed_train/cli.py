@@ -274,7 +274,7 @@ def main_eval(argv: list[str] | None = None) -> int:
         # Everything but the weights is checked first: a bad env, split or --out fails in a second, not after
         # the model has loaded, and leaves no --out folder behind.
         check_model(args.model, "--model")
-        spec = checked_eval_spec(cfg, args.split)
+        spec = checked_eval_spec(cfg, args.split, model=args.model)
         check_output_dir(args.out, "--out")
         policy = load(cfg)  # a vision-language model folder loads as one (obs_mode image / text+image envs)
     except ValueError as e:  # (SetupError is one)
@@ -283,7 +283,7 @@ def main_eval(argv: list[str] | None = None) -> int:
     with torch_threads(args.threads) as threads:
         for seed in args.seeds:
             threads.refresh()
-            summary = evaluate_policy(policy.backend, policy.tokenizer, spec,
+            summary = evaluate_policy(policy.backend, policy.codec, spec,
                                       max_new_tokens=args.max_new_tokens, limit=args.limit, greedy=not args.sample,
                                       seed=seed, trajectories_path=Path(args.out) / f"seed{seed}.trajectories.jsonl",
                                       progress=f"seed {seed}")
@@ -305,7 +305,7 @@ def eval_endpoint(args: argparse.Namespace) -> int:
         cfg = SeedConfig(env_id=args.env, model=args.model, lora=False, eval_split=args.split,
                          action_format=args.action_format, history=args.history, env_kwargs=args.env_kwargs,
                          max_new_tokens=args.max_new_tokens, eval_limit=args.limit)
-        spec = checked_eval_spec(cfg, args.split)
+        spec = checked_eval_spec(cfg, args.split, model=args.model)
         check_output_dir(args.out, "--out")
         if args.concurrency < 1:
             raise ValueError(f"--concurrency: expected >= 1, got {args.concurrency}")
@@ -329,15 +329,18 @@ def eval_endpoint(args: argparse.Namespace) -> int:
     return 0
 
 
-def checked_eval_spec(cfg: SeedConfig, split: str):
+def checked_eval_spec(cfg: SeedConfig, split: str, model: str | None = None):
     """The env stack ``seed-eval`` plays, its env checked first (a bad --env, --split or --env-kwargs fails
-    in a second, before any model or endpoint is used)."""
-    from seed_train.preflight import check_env
+    in a second, before any model or endpoint is used; with ``model``, a text-only model on an env that
+    shows only images too)."""
+    from seed_train.preflight import check_env, check_model_sees
     from seed_train.trainer import env_spec
 
     spec = env_spec(cfg, split)
     env_kwargs = dict(spec.env_kwargs, split=split, **({} if spec.max_steps is None else {"max_steps": spec.max_steps}))
-    check_env(spec.env_id, env_kwargs, {"env_id": "--env", "split": "--split", "env_kwargs": "--env-kwargs"})
+    obs_mode = check_env(spec.env_id, env_kwargs, {"env_id": "--env", "split": "--split", "env_kwargs": "--env-kwargs"})
+    if model is not None:
+        check_model_sees(model, spec.env_id, obs_mode, "--env-kwargs")
     return spec
 
 

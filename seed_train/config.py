@@ -212,6 +212,9 @@ class SeedConfig:
     stage1_epochs: int = _f(2, "passes over the Stage 1 data")
     stage1_lr: float = _f(2e-4, "Stage 1 learning rate")
     stage1_batch_size: int = _f(8, "Stage 1 samples per optimizer step")
+    stage1_skill_repeats: int = _f(1, "copies of each skill pair per Stage 1 epoch (act pairs: one): more passes over "
+                                      "skill writing than over acting, so a light Stage 1 that leaves Stage 2 room to "
+                                      "act still teaches the analyzer its JSON skill format")
     annotator_model: str | None = _f(None, "local model that writes Stage 1 skills (default: rule-based annotator)")
     stage1_from: str | None = _f(None, "trainable weights of a finished Stage 1 (a run's checkpoints/stage1.safetensors, "
                                        "same model and LoRA settings) to start Stage 2 from instead of running Stage 1; "
@@ -293,6 +296,7 @@ class SeedConfig:
              and all(isinstance(t, str) and t for t in self.lora_targets), "lora_targets",
              "must be a non-empty list of module names")
         for name in ("tasks_per_iteration", "group_size", "max_new_tokens", "stage1_epochs", "stage1_batch_size",
+                     "stage1_skill_repeats",
                      "ppo_epochs", "minibatch_size", "skill_max_new_tokens", "eval_samples"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "must be an int >= 1")
         for name in ("stage1_demos", "iterations", "analyzer_retries", "skill_min_words", "eval_limit",

@@ -56,7 +56,7 @@ def subsample_panel(panel: Sequence[str], limit: int) -> tuple[str, ...]:
 
 def evaluate_policy(
     backend: GenerationBackend,
-    tokenizer: Any,
+    codec: Any,
     spec: EnvSpec,
     *,
     max_new_tokens: int,
@@ -98,7 +98,7 @@ def evaluate_policy(
     for start in range(0, len(mine), batch_size):
         jobs = [EpisodeJob(task_id=panel[k], seed=k, group_id=f"eval-{k}", meta={"eval": True, "sample": j}, member=j)
                 for k, j in mine[start:start + batch_size]]
-        trajectories += run_episodes(backend, tokenizer, pool, jobs, max_new_tokens=max_new_tokens, greedy=greedy,
+        trajectories += run_episodes(backend, codec, pool, jobs, max_new_tokens=max_new_tokens, greedy=greedy,
                                      temperature=temperature, seed=seed * 1_000_003, stats=stats,
                                      on_finished=None if bar is None else bar.update)
     if bar is not None:

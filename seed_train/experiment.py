@@ -285,7 +285,7 @@ class Experiment:
         for split in self.splits:
             name = f"eval_{stage}_{split}"
             path = folder / f"{name}.trajectories.jsonl"
-            summary = evaluate_policy(policy.backend, policy.tokenizer, env_spec(cfg, split),
+            summary = evaluate_policy(policy.backend, policy.codec, env_spec(cfg, split),
                                       max_new_tokens=cfg.max_new_tokens, limit=cfg.eval_limit, seed=seed,
                                       trajectories_path=path, env_backend=cfg.env_backend, **eval_decoding(cfg))
             write_report(summary, folder, name)

@@ -1,6 +1,6 @@
 """Token-exact batched generation that records what was sampled and its log-probability.
 
-Prompts come in as token ids (from :func:`seed_train.policy.encode_prompt`) and responses go out as
+Prompts come in as token ids (from :func:`seed_train.codec.encode_prompt`) and responses go out as
 token ids plus their log-probs: the trainer never re-tokenizes text. A backend is anything with the
 :class:`GenerationBackend` shape; :class:`HFGenerateBackend` uses transformers ``generate`` (a vLLM
 backend can plug in later through the same protocol and its ``sync_weights`` hook).
@@ -390,7 +390,7 @@ class HFGenerateBackend:
         logprob_temperature: bool = True,
         turn_reuse: bool = True,
     ) -> None:
-        from seed_train.vision import text_tokenizer
+        from seed_train.codec import prompt_codec
 
         self.model = model
         self.prefix_sharing = bool(prefix_sharing)
@@ -403,7 +403,7 @@ class HFGenerateBackend:
         self.prefill_tokens = 0
         self.prompt_tokens = 0
         self._cache_shareable = True  # False once the model's cache proved not shareable (cache_layers)
-        tokenizer = text_tokenizer(tokenizer)  # a vision-language model's processor: its tokenizer
+        tokenizer = prompt_codec(tokenizer).tokenizer  # a processor or a codec: its text tokenizer
         self.tokenizer = tokenizer
         if stop_token_ids is None:
             stops: set[int] = set()
@@ -564,7 +564,7 @@ class HFGenerateBackend:
         from transformers import GenerationConfig, LogitsProcessorList
 
         from seed_train.scoring import cache_argument
-        from seed_train.vision import model_vision_kwargs, vision_special_ids
+        from seed_train.vision import check_image_prompts, model_vision_kwargs, vision_special_ids
 
         _validate(prompts, max_new_tokens, temperature, top_p)
         if row_seeds is not None and len(row_seeds) != len(prompts):
@@ -611,6 +611,7 @@ class HFGenerateBackend:
         suppress = vision_special_ids(self.model)
         if suppress:
             config.suppress_tokens = suppress
+            check_image_prompts(self.model, prompts)  # image tokens without pixels (a list() copy): refused
         with _eval_mode(self.model), _seeded(None if greedy else seed, device), torch.no_grad():
             prefilled = self._shared_prefill(prompts, device, row_keys if keep_turns else None)
             self.forget()  # what was reused is copied into this batch's cache: free the rest now

@@ -251,8 +251,8 @@ def load_policy(
 
     A vision-language model (its config has a ``vision_config``, e.g. Qwen2.5-VL) loads through
     ``AutoModelForImageTextToText`` and comes back as ``(model, processor)``: the processor stands in for
-    the tokenizer everywhere (see :mod:`seed_train.vision`). LoRA then adapts the language part only, and
-    the vision tower is frozen unless ``freeze_vision=False``.
+    the tokenizer (the trainer builds the policy's prompt codec from either, :func:`seed_train.codec.prompt_codec`).
+    LoRA then adapts the language part only, and the vision tower is frozen unless ``freeze_vision=False``.
     """
     torch_dtype = _parse_dtype(dtype)
     dev = _parse_device(device)
@@ -261,7 +261,8 @@ def load_policy(
     from seed_train.vision import is_vision_model_folder, load_vision_policy
 
     if is_vision_model_folder(path):
-        return load_vision_policy(path, lora=lora, dtype=torch_dtype, device=dev, freeze_vision=freeze_vision)
+        model, processor = load_vision_policy(path, dtype=torch_dtype, device=dev, freeze_vision=freeze_vision)
+        return (model if lora is None else add_lora(model, lora)), processor
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -272,11 +273,12 @@ def load_policy(
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     if lora is not None:
-        model = _add_lora(model, lora)
+        model = add_lora(model, lora)
     return model, tokenizer
 
 
-def _add_lora(model: "PreTrainedModel", lora: LoraSettings) -> "PreTrainedModel":
+def add_lora(model: "PreTrainedModel", lora: LoraSettings) -> "PreTrainedModel":
+    """``model`` wrapped by peft with ``lora``'s adapters (a VLM: on its language part only)."""
     from peft import LoraConfig, get_peft_model
 
     from seed_train.vision import is_vision_model, language_lora_targets
@@ -308,7 +310,7 @@ def merge_and_restart_lora(model: "PreTrainedModel", lora: LoraSettings) -> "Pre
     """
     if not has_lora(model):
         raise ValueError("merge_and_restart_lora: the model has no LoRA adapters")
-    return _add_lora(model.merge_and_unload(), lora)
+    return add_lora(model.merge_and_unload(), lora)
 
 
 def has_lora(model: Any) -> bool:
@@ -345,31 +347,3 @@ def reference_logprobs_context(
             "reference: a model without LoRA needs a frozen copy as its reference policy; "
             "keep `ref = frozen_copy(model)` before training and pass it as `reference=ref`"
         )
-
-
-def encode_prompt(tokenizer: "PreTrainedTokenizerBase", text: str, *, system: str | None = None,
-                  images: "list | None" = None) -> list[int]:
-    """Render ``text`` as a user turn with the chat template (plus the assistant header) and tokenize.
-
-    This is the one place prompts are tokenized: the returned ids are what the model is fed and
-    what trajectories record. Never re-tokenize the text later to recover them.
-
-    ``tokenizer`` may be a vision-language model's processor: the turn is then the ``images`` (uint8
-    HxWx3 arrays) followed by the text, rendered by the processor's chat template, and the result is a
-    :class:`seed_train.vision.ImagePrompt` (ids with the image pad tokens expanded, carrying the pixel
-    inputs). A text-only tokenizer ignores ``images``: a text model gets the text rendering.
-    """
-    from seed_train.vision import encode_vision_prompt, is_processor
-
-    if is_processor(tokenizer):
-        return encode_vision_prompt(tokenizer, text, images=images, system=system)
-    if not getattr(tokenizer, "chat_template", None):
-        raise ValueError("tokenizer has no chat_template; encode_prompt needs a chat model's tokenizer")
-    messages = []
-    if system is not None:
-        messages.append({"role": "system", "content": system})
-    messages.append({"role": "user", "content": text})
-    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    # The template already spells out the special tokens (BOS, <|im_start|>...), so the tokenizer
-    # must not add its own on top.
-    return list(tokenizer(rendered, add_special_tokens=False)["input_ids"])

@@ -44,8 +44,24 @@ def check_run_setup(cfg: SeedConfig) -> None:
         kwargs = dict(spec.env_kwargs, split=split)  # as rollout.EnvSpec.make builds the run's envs
         if spec.max_steps is not None:
             kwargs["max_steps"] = spec.max_steps
-        check_env(spec.env_id, kwargs, {**TRAIN_NAMES, "split": f"config field '{field_name}'"})
+        obs_mode = check_env(spec.env_id, kwargs, {**TRAIN_NAMES, "split": f"config field '{field_name}'"})
+        check_model_sees(cfg.model, spec.env_id, obs_mode, TRAIN_NAMES["env_kwargs"])
     check_output_dir(cfg.output_dir, TRAIN_NAMES["output_dir"])
+
+
+def check_model_sees(model: str, env_id: str, obs_mode: str, name: str) -> None:
+    """A text-only model on an env that shows its state only as an image (``obs_mode="image"``) would act
+    blind: refused before it loads (the model folder's config says whether it is a vision-language model)."""
+    from seed_train.codec import check_sees
+    from seed_train.policy import EMBEDDED_MODELS, resolve_model
+    from seed_train.vision import is_vision_model_folder
+
+    if obs_mode != "image":
+        return
+    try:
+        check_sees(env_id, obs_mode, model not in EMBEDDED_MODELS and is_vision_model_folder(resolve_model(model)))
+    except ValueError as e:
+        raise SetupError(f"{name}: {e}") from e
 
 
 def check_model(model: str, name: str) -> None:
@@ -73,9 +89,10 @@ _SPLIT_MESSAGE = re.compile(r"^split\b")
 _UNKNOWN_ARGUMENT = re.compile(r"unexpected keyword argument '([^']+)'")
 
 
-def check_env(env_id: str, kwargs: Mapping[str, Any], names: Mapping[str, str]) -> None:
+def check_env(env_id: str, kwargs: Mapping[str, Any], names: Mapping[str, str]) -> str:
     """Build ``gym.make(env_id, **kwargs)`` once and close it; any refusal becomes a SetupError naming
-    ``names['env_id']``, ``names['split']`` (the ``split`` argument) or ``names['env_kwargs']`` (the rest)."""
+    ``names['env_id']``, ``names['split']`` (the ``split`` argument) or ``names['env_kwargs']`` (the rest).
+    Returns what the env shows: its ``obs_mode`` (an env without one: ``"text"``)."""
     import gymnasium as gym
 
     import seed_envs  # noqa: F401  (registers the seed/... ids)
@@ -105,7 +122,9 @@ def check_env(env_id: str, kwargs: Mapping[str, Any], names: Mapping[str, str]) 
         if isinstance(e, ValueError) and _SPLIT_MESSAGE.match(str(e)):
             raise SetupError(f"{names['split']}: {env_id}: {e}") from e
         raise SetupError(f"{names['env_kwargs']}: {env_id}: {e}") from e
+    obs_mode = str(getattr(env.unwrapped, "obs_mode", "text"))
     env.close()
+    return obs_mode
 
 
 def check_output_dir(path: str | os.PathLike, name: str) -> None:

@@ -27,8 +27,7 @@ import numpy as np
 import seed_envs  # noqa: F401  (registers the ids)
 from seed_train.env_backends import SLOT_JOBS, make_vector_env
 from seed_train.generation import GenerationBackend
-from seed_train.policy import encode_prompt
-from seed_train.vision import check_policy_sees_observations, is_processor
+from seed_train.codec import prompt_codec
 from wrappers import TokenizedResponse, Trajectory, TrajectoryRecorder, make_agent_env
 
 
@@ -104,12 +103,24 @@ class EnvPool:
         self.backend = backend
         self.ray_cpus_per_env = ray_cpus_per_env
         self.vector_env: gym.vector.VectorEnv | None = None
+        self._obs_mode: str | None = None
 
     def get(self, n: int) -> gym.vector.VectorEnv:
         if self.vector_env is None or self.vector_env.num_envs < n:
             self.close()
             self.vector_env = make_vector_env(self.spec, n, self.backend, ray_cpus_per_env=self.ray_cpus_per_env)
         return self.vector_env
+
+    def obs_mode(self) -> str:
+        """What the env shows: its own ``obs_mode`` (``text``, ``image`` or ``text+image``), asked of the built
+        env; an env without one is text-only. (The observation space cannot tell ``image`` from
+        ``text+image``: both are a text and an image, the text in ``image`` mode without the state.)"""
+        if self._obs_mode is None:
+            try:
+                self._obs_mode = str(self.get(1).call("obs_mode")[0])
+            except AttributeError:
+                self._obs_mode = "text"
+        return self._obs_mode
 
     def close(self) -> None:
         if self.vector_env is not None:
@@ -150,7 +161,7 @@ def _forget_turns(backend: Any) -> None:
 
 def run_episodes(
     backend: GenerationBackend,
-    tokenizer: Any,
+    codec: Any,
     pool: EnvPool,
     jobs: Sequence[EpisodeJob],
     *,
@@ -175,8 +186,9 @@ def run_episodes(
     after the rollout.
     """
     stats = stats if stats is not None else RolloutStats()
-    check_policy_sees_observations(tokenizer, pool.spec.env_id, pool.spec.env_kwargs)
+    codec = prompt_codec(codec)  # the policy's codec (a tokenizer or processor is taken too)
     envs = pool.get(len(jobs))
+    codec.check_sees(pool.spec.env_id, pool.obs_mode())
     size = envs.num_envs
     slot_jobs: list[dict | None] = [
         {"options": {"task_id": job.task_id, "group_id": job.group_id, "trajectory_meta": dict(job.meta)}}
@@ -188,17 +200,14 @@ def run_episodes(
     stats.env_s += time.perf_counter() - t0
     prompts_text = list(obs["prompt"])
     # A vision-language policy sees each env's current image (obs_mode image / text+image) with its prompt.
-    with_images = is_processor(tokenizer) and "image" in obs
+    with_images = codec.sees_images and "image" in obs
     finished: dict[int, Trajectory] = {}
     active = list(range(len(jobs)))
     turn = 0
     takes_keys = _takes_row_keys(backend)
     _forget_turns(backend)
     while active:
-        if with_images:
-            prompts = [encode_prompt(tokenizer, prompts_text[i], images=[obs["image"][i]]) for i in active]
-        else:
-            prompts = [encode_prompt(tokenizer, prompts_text[i]) for i in active]
+        prompts = [codec.encode(prompts_text[i], images=[obs["image"][i]] if with_images else None) for i in active]
         t0 = time.perf_counter()
         prefilled = getattr(backend, "prefill_tokens", 0)
         generations = backend.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature,

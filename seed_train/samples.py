@@ -8,15 +8,17 @@ scores the same response under.
 """
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from seed_train.advantages import gigpo_step_advantages, grpo_step_sample_advantages, step_scores
-from seed_train.policy import encode_prompt
+from seed_train.codec import prompt_codec
 from seed_train.skills import Skill, skill_augmented_prompt
-from seed_train.vision import image_key, step_images, vision_of, with_vision
+from seed_train.vision import vision_of
 from wrappers import Trajectory
 
 
@@ -90,6 +92,13 @@ def step_advantages(trajectories: Sequence[Trajectory], *, method: str = "grpo",
     return out
 
 
+def image_key(image) -> str:
+    """A short digest that tells images apart (for grouping identical states)."""
+    if isinstance(image, np.ndarray):
+        return hashlib.blake2b(np.ascontiguousarray(image).tobytes() + str(image.shape).encode(), digest_size=8).hexdigest()
+    return str(image)
+
+
 def _state_key(step) -> str:
     """What makes two steps the same state for GiGPO: the observation text, and the image when there is one
     (in ``image`` mode the text alone says little: "The board is shown in the image")."""
@@ -97,31 +106,32 @@ def _state_key(step) -> str:
 
 
 def build_samples(trajectories: Sequence[Trajectory], advantages: Sequence[Sequence[float]],
-                  skills: Sequence[Skill | None], tokenizer) -> list[StepSample]:
-    """Every step that carries sampled tokens becomes a sample.
+                  skills: Sequence[Skill | None], codec) -> list[StepSample]:
+    """Every step that carries sampled tokens becomes a sample (``codec``: the policy's prompt codec).
 
-    With a vision-language policy (``tokenizer`` is its processor) a step's prompt ids and its
+    With a vision-language policy a step's prompt ids and its
     skill-augmented prompt both carry the pixel inputs of the step's image (the skill is inserted in the
     text; the image stays), so every scoring pass sees the pixels the rollout saw.
     """
+    codec = prompt_codec(codec)
     samples = []
     groups = episode_group_index(trajectories).tolist() if trajectories else []
     for e, (t, advs, skill) in enumerate(zip(trajectories, advantages, skills)):
         for k, (step, adv) in enumerate(zip(t.steps, advs)):
             if not step.response_token_ids:
                 continue
-            images = step_images(tokenizer, step)
+            images = codec.step_images(step)
             teacher = None
             if skill is not None and step.prompt_parts:
-                teacher = encode_prompt(tokenizer, skill_augmented_prompt(step.prompt_parts, skill.text), images=images)
-            prompt = with_vision(tokenizer, step.prompt_token_ids, images, vision_of(teacher))
+                teacher = codec.encode(skill_augmented_prompt(step.prompt_parts, skill.text), images=images)
+            prompt = codec.attach(step.prompt_token_ids, images, vision_of(teacher))
             samples.append(StepSample(prompt, list(step.response_token_ids),
                                       list(step.response_logprobs), float(adv), teacher, e, k, groups[e]))
     return samples
 
 
 def record_teacher_logprobs(trajectories: Sequence[Trajectory], samples: Sequence[StepSample],
-                            teacher_logprobs: torch.Tensor | None, tokenizer) -> None:
+                            teacher_logprobs: torch.Tensor | None, codec) -> None:
     """Store each teacher-scored step's teacher log-probs and token pieces in its trajectory step.
 
     So the trajectory viewer can colour response tokens by Δ and gate without a model or tokenizer.
@@ -134,7 +144,7 @@ def record_teacher_logprobs(trajectories: Sequence[Trajectory], samples: Sequenc
             continue
         step = trajectories[sample.episode].steps[sample.step]
         step.teacher_logprobs = [float(x) for x in rows[i, : len(sample.response_ids)]]
-        step.response_tokens = token_pieces(tokenizer, sample.response_ids)
+        step.response_tokens = token_pieces(prompt_codec(codec).tokenizer, sample.response_ids)
 
 
 def token_pieces(tokenizer, ids: Sequence[int]) -> list[str]:

@@ -19,7 +19,7 @@ None: no valid skill, no OPD term for that episode's tokens) per trajectory, eve
 ``none``            no skills and no teacher pass (also whenever ``opd_coef == 0``: GRPO, SFT+GRPO)
 ==================  =====================================================================================
 
-``policy`` is anything with the trainer's ``model``, ``tokenizer`` and ``backend`` (a
+``policy`` is anything with the trainer's ``model``, ``codec`` and ``backend`` (a
 :class:`~seed_train.generation.GenerationBackend`).
 """
 from __future__ import annotations
@@ -42,12 +42,13 @@ from seed_train.skills import Skill, parse_skill, shuffle_within_groups
 from wrappers import Trajectory
 
 
-def generate_skills(backend: GenerationBackend, tokenizer, trajectories: Sequence[Trajectory], cfg: SeedConfig,
+def generate_skills(backend: GenerationBackend, codec, trajectories: Sequence[Trajectory], cfg: SeedConfig,
                     seed: int) -> list[Skill | None]:
     """The analyzer pass: one skill per trajectory, retrying unparseable answers up to cfg.analyzer_retries."""
-    from seed_train.vision import encode_analyzer_prompt
+    from seed_train.codec import prompt_codec
 
-    prompts = [encode_analyzer_prompt(tokenizer, t, cfg.analyzer_images) for t in trajectories]
+    codec = prompt_codec(codec)
+    prompts = [codec.encode_analyzer(t, cfg.analyzer_images) for t in trajectories]
     skills: list[Skill | None] = [None] * len(trajectories)
     todo = list(range(len(trajectories)))
     for attempt in range(cfg.analyzer_retries + 1):
@@ -105,7 +106,7 @@ class OnPolicyAnalyzer:
     produces_skills: bool = True
 
     def skills(self, trajectories: Sequence[Trajectory], policy: Any, seed: int) -> list[Skill | None]:
-        return generate_skills(policy.backend, policy.tokenizer, trajectories, self.cfg, seed)
+        return generate_skills(policy.backend, policy.codec, trajectories, self.cfg, seed)
 
 
 @dataclass
@@ -126,7 +127,7 @@ class FrozenAnalyzer:
         try:
             with weights(policy.model, self.theta0):
                 policy.backend.sync_weights(policy.model)
-                return generate_skills(policy.backend, policy.tokenizer, trajectories, self.cfg, seed)
+                return generate_skills(policy.backend, policy.codec, trajectories, self.cfg, seed)
         finally:  # the model holds θ_k again here: the backend follows
             policy.backend.sync_weights(policy.model)
 

@@ -43,7 +43,7 @@ def _clip(text: str, limit: int) -> str:
 def analyzer_prompt(trajectory: Trajectory, image_placeholder: str | None = None) -> str:
     """The prompt asking the policy to turn one finished trajectory into a skill.
 
-    ``image_placeholder`` (vision policies, see :func:`seed_train.vision.encode_analyzer_prompt`) is put
+    ``image_placeholder`` (vision policies, see :meth:`seed_train.codec.VisionPromptCodec.encode_analyzer`) is put
     before the observation text of every shown step that had an image.
     """
     outcome = "SUCCESS" if trajectory.success else "FAILURE"

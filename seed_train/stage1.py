@@ -10,12 +10,11 @@ recovery demonstrations. Two kinds of SFT pairs come out:
 - skill: (analyzer prompt of the trajectory) -> the annotator's JSON skill (the rule-based annotator
   of :mod:`seed_train.skills`, which writes the env's own hindsight rule for the task's category,
   see :mod:`seed_envs.hindsight`; or a given annotator model's answer). The prompt is exactly the one
-  Stage 2's analyzer pass gives the policy (:func:`seed_train.vision.encode_analyzer_prompt`), and the
+  Stage 2's analyzer pass gives the policy (its codec's ``encode_analyzer``), and the
   target JSON is short enough to fit its ``skill_max_new_tokens`` (48 in the quickstart).
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -24,28 +23,11 @@ import numpy as np
 import seed_envs
 from seed_train.losses import masked_token_mean
 from seed_train.parallel import ReplicatedWeights
-from seed_train.policy import encode_prompt
+from seed_train.codec import prompt_codec
 from seed_train.rollout import EnvSpec
 from seed_train.scoring import auto_prefix_groups, response_logprobs
 from seed_train.skills import Skill, rule_based_skill
-from seed_train.vision import encode_analyzer_prompt, step_images, text_tokenizer
-from wrappers import Trajectory
-
-
-def format_response(action: str, action_format: str) -> str:
-    """What a perfect policy writes for ``action`` in the given answer format."""
-    if action_format == "tags":
-        return f"<action>{action}</action>"
-    if action_format == "boxed":
-        return f"\\boxed{{{action}}}"
-    if action_format == "json":
-        return json.dumps({"action": action})
-    if action_format == "search_r1":
-        for verb in ("search", "answer"):
-            if action.startswith(f"{verb}[") and action.endswith("]"):
-                return f"<{verb}>{action[len(verb) + 1:-1]}</{verb}>"
-        return f"<answer>{action}</answer>"
-    return action
+from wrappers import Trajectory, format_response
 
 
 @dataclass
@@ -82,31 +64,39 @@ def collect_demonstrations(spec: EnvSpec, task_ids: Sequence[str], *, seed: int,
     return finished
 
 
-def sft_pairs(trajectories: Sequence[Trajectory], tokenizer, action_format: str,
+def sft_pairs(trajectories: Sequence[Trajectory], codec, action_format: str,
               annotate: Callable[[Trajectory], Skill | None] = rule_based_skill, *,
               analyzer_images: int = 0) -> list[SFTPair]:
     """Act pairs from steps where the expert's action was taken; one skill pair per trajectory.
 
-    With a vision-language policy (``tokenizer`` is its processor) act prompts carry the step's image and
-    skill prompts are the analyzer prompts the policy will get (``analyzer_images``, see
-    :func:`seed_train.vision.encode_analyzer_prompt`).
+    ``codec`` is the policy's prompt codec: with a vision-language policy act prompts carry the step's
+    image, and skill prompts are the analyzer prompts the policy will get (``analyzer_images``, see
+    :meth:`seed_train.codec.VisionPromptCodec.encode_analyzer`).
     """
-    text = text_tokenizer(tokenizer)
-    eos = [int(text.eos_token_id)]
-
-    def ids(response: str) -> list[int]:
-        return list(text(response, add_special_tokens=False)["input_ids"]) + eos
-
+    codec = prompt_codec(codec)
+    ids = codec.encode_response
     pairs = []
     for t in trajectories:
         for step in t.steps:
             if step.prompt and step.action == step.info.get("expert_action"):
-                pairs.append(SFTPair(encode_prompt(tokenizer, step.prompt, images=step_images(tokenizer, step)),
+                pairs.append(SFTPair(codec.encode(step.prompt, images=codec.step_images(step)),
                                      ids(format_response(step.action, action_format)), "act"))
         skill = annotate(t)
         if skill is not None:
-            pairs.append(SFTPair(encode_analyzer_prompt(tokenizer, t, analyzer_images), ids(skill.to_json()), "skill"))
+            pairs.append(SFTPair(codec.encode_analyzer(t, analyzer_images), ids(skill.to_json()), "skill"))
     return pairs
+
+
+def repeat_skill_pairs(pairs: Sequence[SFTPair], repeats: int) -> list[SFTPair]:
+    """``pairs`` with every skill pair ``repeats`` times (act pairs once), order kept.
+
+    A Stage 1 light enough to leave Stage 2 something to learn (one pass at a low learning rate) does
+    not yet teach the analyzer its skill format; repeating the few skill pairs (one per demo, against
+    ~5 act pairs each) trains skill writing longer without training acting longer.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    return [copy for p in pairs for copy in ([p] * (repeats if p.kind == "skill" else 1))]
 
 
 def length_bucketed_batches(lengths: Sequence[int], batch_size: int, rng: np.random.Generator,

@@ -1,4 +1,6 @@
-"""A tiny randomly initialised chat model with a locally trained tokenizer, for tests and smoke runs.
+"""Tiny randomly initialised models with a locally trained tokenizer, for tests and smoke runs: the one
+home of test-only models (a text chat model, :func:`build_tiny_model`; a vision-language one,
+:func:`build_tiny_vlm`).
 
 Nothing is downloaded: the tokenizer is a byte-level BPE trained with the ``tokenizers`` library on a
 built-in corpus of the words this project's prompts and actions use, and the model is a 2-layer
@@ -150,3 +152,94 @@ def cached_tiny_model(seed: int = 0, **kwargs: int) -> Path:
         atexit.register(shutil.rmtree, tmp, ignore_errors=True)
         _CACHE[key] = build_tiny_model(tmp, seed=seed, **kwargs)
     return _CACHE[key]
+
+
+# ------------------------------------------------------------------------------------ the tiny VLM
+VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+
+#: ChatML like the tiny text model; content is a string or a list of {"type": "image"|"text"} items, an
+#: image rendered as Qwen2-VL renders it.
+VLM_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for item in message['content'] %}"
+    "{% if item['type'] == 'image' %}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}"
+    "{{ '<|im_end|>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def build_tiny_vlm(out_dir: str | Path, *, seed: int = 0, vocab_size: int = 768, hidden: int = 64, layers: int = 2,
+                   heads: int = 4, vision_hidden: int = 32, vision_depth: int = 1, max_pixels: int = 112 * 112) -> Path:
+    """Write a tiny random ``Qwen2_5_VLForConditionalGeneration`` and its processor to ``out_dir``.
+
+    The processor is assembled locally: ``Qwen2VLImageProcessorPil`` with its defaults except a pixel
+    budget of ``max_pixels`` (an image becomes at most ``max_pixels / 28²`` tokens: 16 by default, where
+    Qwen's default budget gives a 300x300 EZPoints table 121, so CPU tests stay fast), the tokenizer of
+    :func:`build_tiny_model` with Qwen2-VL's vision special tokens, and :data:`VLM_CHAT_TEMPLATE`. Weights
+    depend only on ``seed`` (drawn under a forked RNG). Reloads with ``AutoModelForImageTextToText``
+    and :func:`seed_train.vision.load_processor`.
+    """
+    if hidden % heads or (hidden // heads) % 2:
+        raise ValueError(f"hidden ({hidden}) / heads ({heads}) must be an even head size")
+    import torch
+    from transformers import GenerationConfig, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    from seed_train.vision import image_only_processor_class
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = _train_tokenizer(vocab_size)
+    tokenizer.add_special_tokens({"additional_special_tokens": [IM_START, *VISION_TOKENS]})
+    tokenizer.chat_template = VLM_CHAT_TEMPLATE
+    image_processor = Qwen2VLImageProcessorPil(max_pixels=max_pixels)
+    processor = image_only_processor_class(Qwen2_5_VLProcessor)(image_processor=image_processor, tokenizer=tokenizer,
+                                                                chat_template=VLM_CHAT_TEMPLATE)
+    ids = dict(zip(VISION_TOKENS, tokenizer.convert_tokens_to_ids(list(VISION_TOKENS))))
+    head_dim = hidden // heads
+    # M-RoPE splits the rotary half-dimension into (temporal, height, width) sections.
+    third = head_dim // 2 // 3
+    mrope = [head_dim // 2 - 2 * third, third, third]
+    config = Qwen2_5_VLConfig(
+        text_config=dict(
+            vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+            num_attention_heads=heads, num_key_value_heads=heads // 2 if heads % 2 == 0 else heads,
+            max_position_embeddings=4096, tie_word_embeddings=True, bos_token_id=None,
+            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": mrope},
+        ),
+        vision_config=dict(
+            depth=vision_depth, hidden_size=vision_hidden, intermediate_size=2 * vision_hidden, num_heads=2,
+            out_hidden_size=hidden, patch_size=image_processor.patch_size, temporal_patch_size=2,
+            spatial_merge_size=image_processor.merge_size, window_size=56, fullatt_block_indexes=[vision_depth - 1],
+        ),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2_5_VLForConditionalGeneration(config)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model.save_pretrained(out)
+    processor.save_pretrained(out)
+    return out
+
+
+_VLM_CACHE: dict[tuple, Path] = {}
+
+
+def cached_tiny_vlm(seed: int = 0, **kwargs: int) -> Path:
+    """:func:`build_tiny_vlm` into a temp folder, once per process and arguments (for tests)."""
+    key = (seed, tuple(sorted(kwargs.items())))
+    if key not in _VLM_CACHE or not (_VLM_CACHE[key] / "config.json").is_file():
+        tmp = Path(tempfile.mkdtemp(prefix="seedgym-tiny-vlm-"))
+        atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+        _VLM_CACHE[key] = build_tiny_vlm(tmp, seed=seed, **kwargs)
+    return _VLM_CACHE[key]

@@ -36,6 +36,7 @@ from seed_train.distributed import (barrier, dist_info, gather_lists, init_from_
                                   mean_over_ranks, shard_groups, sum_over_ranks)
 from seed_train.checkpoint import (check_checkpoint, load_checkpoint, load_trainable_state, load_weights_file,
                                    read_checkpoint_meta, save_checkpoint, trainable_state)
+from seed_train.codec import PromptCodec, prompt_codec
 from seed_train.config import SeedConfig, SetupError
 from seed_train.evaluate import evaluate_policy, markdown_table, panel_of, write_report
 from seed_train.reports import evaluation_label, write_run_report
@@ -52,7 +53,7 @@ from seed_train.samples import (StepSample, build_samples, record_teacher_logpro
 from seed_train.scoring import auto_prefix_groups, response_logprobs
 from seed_train.skill_sources import SkillSource, generate_skills, make_skill_source
 from seed_train.skills import Skill, rule_based_skill
-from seed_train.stage1 import collect_demonstrations, sft_pairs, sft_train
+from seed_train.stage1 import collect_demonstrations, repeat_skill_pairs, sft_pairs, sft_train
 from seed_train.threads import refresh_threads, torch_threads
 from wrappers import Trajectory, TrajectoryWriter, read_trajectories
 
@@ -248,7 +249,7 @@ def gate_diagnostics(samples: Sequence[StepSample], scored: dict, cfg: SeedConfi
 @dataclass
 class Policy:
     model: Any
-    tokenizer: Any
+    codec: PromptCodec  # turns prompt text (and images) into the ids this model is fed
     backend: HFGenerateBackend
     lora: LoraSettings | None = None
     reference: Any = None  # full fine-tuning: frozen copy of θ_0 for the KL term (LoRA: adapters off)
@@ -256,19 +257,17 @@ class Policy:
 
 
 def load(cfg: SeedConfig) -> Policy:
-    """The policy of ``cfg.model``; for a vision-language model ``tokenizer`` is its processor."""
-    from seed_train.vision import check_policy_sees_observations, is_processor
-
+    """The policy of ``cfg.model`` with its prompt codec (a vision-language model's: its processor's)."""
     lora = LoraSettings(r=cfg.lora_r, alpha=cfg.lora_alpha, target_modules=tuple(cfg.lora_targets)) if cfg.lora else None
     torch.manual_seed(cfg.seed)  # LoRA's A matrices are drawn at wrapping time
     model, tokenizer = load_policy(cfg.model, lora=lora, dtype=cfg.dtype, device=cfg.device,
                                    freeze_vision=cfg.freeze_vision)
-    check_policy_sees_observations(tokenizer, cfg.env_id, cfg.env_kwargs)
-    if is_processor(tokenizer) and cfg.generation_backend != "hf":
+    codec = prompt_codec(tokenizer)
+    if codec.sees_images and cfg.generation_backend != "hf":
         raise SetupError("config field 'generation_backend': vision-language policies generate with 'hf' "
                          f"(got {cfg.generation_backend!r})")
     model.eval()
-    return Policy(model, tokenizer, generation_backend(cfg, model, tokenizer), lora)
+    return Policy(model, codec, generation_backend(cfg, model, codec.tokenizer), lora)
 
 
 def generation_backend(cfg: SeedConfig, model, tokenizer) -> GenerationBackend:
@@ -307,7 +306,7 @@ def eval_decoding(cfg: SeedConfig) -> dict[str, Any]:
 
 def run_eval(policy: Policy, cfg: SeedConfig, name: str, out: Path) -> dict[str, Any]:
     refresh_threads()  # each phase re-reads how many cores other processes leave us
-    summary = evaluate_policy(policy.backend, policy.tokenizer, env_spec(cfg, cfg.eval_split),
+    summary = evaluate_policy(policy.backend, policy.codec, env_spec(cfg, cfg.eval_split),
                               max_new_tokens=cfg.max_new_tokens, limit=cfg.eval_limit, seed=cfg.seed,
                               trajectories_path=out / f"{name}.trajectories.jsonl", env_backend=cfg.env_backend,
                               progress=evaluation_label(name), **eval_decoding(cfg))
@@ -322,7 +321,8 @@ def stage1_annotator(demos: Sequence[Trajectory], cfg: SeedConfig) -> Callable[[
         return rule_based_skill
     model, tokenizer = load_policy(cfg.annotator_model, dtype=cfg.dtype, device=cfg.device)
     model.eval()
-    skills = generate_skills(HFGenerateBackend(model, tokenizer), tokenizer, demos, cfg, seed=cfg.seed)
+    codec = prompt_codec(tokenizer)
+    skills = generate_skills(HFGenerateBackend(model, codec.tokenizer), codec, demos, cfg, seed=cfg.seed)
     by_episode = {t.episode_id: s for t, s in zip(demos, skills)}
     return lambda t: by_episode.get(t.episode_id) or rule_based_skill(t)
 
@@ -337,9 +337,11 @@ def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None],
     tasks = sample_tasks(panel_of(spec), cfg.stage1_demos, rng)
     say(f"Stage 1: playing {len(tasks)} expert demonstrations on {cfg.env_id} {cfg.train_split} ...")
     demos = collect_demonstrations(spec, tasks, seed=cfg.seed)
-    pairs = sft_pairs(demos, policy.tokenizer, cfg.action_format, annotate=stage1_annotator(demos, cfg),
+    pairs = sft_pairs(demos, policy.codec, cfg.action_format, annotate=stage1_annotator(demos, cfg),
                       analyzer_images=cfg.analyzer_images)
-    say(f"Stage 1: {len(pairs)} SFT pairs, {cfg.stage1_epochs} epoch(s) of batch {cfg.stage1_batch_size} ...")
+    pairs = repeat_skill_pairs(pairs, cfg.stage1_skill_repeats)
+    repeats = f" (skill pairs x{cfg.stage1_skill_repeats})" if cfg.stage1_skill_repeats > 1 else ""
+    say(f"Stage 1: {len(pairs)} SFT pairs{repeats}, {cfg.stage1_epochs} epoch(s) of batch {cfg.stage1_batch_size} ...")
     t0 = time.perf_counter()
     losses = sft_train(policy.model, pairs, lr=cfg.stage1_lr, epochs=cfg.stage1_epochs,
                        batch_size=cfg.stage1_batch_size, seed=cfg.seed, grad_clip=cfg.grad_clip, layout=layout)
@@ -402,7 +404,7 @@ def _play_and_score(policy: Policy, cfg: SeedConfig, pool: EnvPool, jobs, rng: n
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     with progress_bar(total=len(jobs), desc="rollouts", unit="episode") as bar:
-        played = run_episodes(policy.backend, policy.tokenizer, pool, jobs, max_new_tokens=cfg.max_new_tokens,
+        played = run_episodes(policy.backend, policy.codec, pool, jobs, max_new_tokens=cfg.max_new_tokens,
                               temperature=cfg.temperature, top_p=cfg.top_p, seed=int(rng.integers(2**31)), stats=stats,
                               on_finished=bar.update)
     times["rollout_s"] = time.perf_counter() - t0
@@ -416,14 +418,14 @@ def _play_and_score(policy: Policy, cfg: SeedConfig, pool: EnvPool, jobs, rng: n
     advantages = step_advantages(trajectories, method=cfg.advantage, gamma=cfg.gigpo_gamma, omega=cfg.gigpo_omega,
                                  group_stats=cfg.group_stats, format_penalty_on=cfg.format_penalty_on,
                                  format_penalty=cfg.format_penalty)
-    samples = build_samples(trajectories, advantages, skills, policy.tokenizer)
+    samples = build_samples(trajectories, advantages, skills, policy.codec)
     t0 = time.perf_counter()
     use_teacher = any(s.teacher_prompt_ids is not None for s in samples)
     scored = score_samples(policy.model, samples, teacher=use_teacher, reference=cfg.kl_coef > 0,
                            reference_model=policy.reference, temperature=logprob_temperature(cfg))
     times["score_s"] = time.perf_counter() - t0
     # Written after scoring so each step carries its teacher log-probs (the viewer colours tokens by gate).
-    record_teacher_logprobs(trajectories, samples, scored["teacher_logprobs"], policy.tokenizer)
+    record_teacher_logprobs(trajectories, samples, scored["teacher_logprobs"], policy.codec)
     for t in trajectories:
         t.meta["opd_beta"] = cfg.opd_beta
         t.meta["opd_gate"] = cfg.opd_gate
@@ -568,7 +570,7 @@ def save_final_policy(policy: Policy, folder: Path) -> None:
     """A plain Hugging Face folder (LoRA merged into the weights) that seed-eval and others load."""
     model = policy.model.merge_and_unload() if policy.lora is not None else policy.model
     model.save_pretrained(folder)
-    policy.tokenizer.save_pretrained(folder)
+    policy.codec.save_pretrained(folder)
 
 
 def run_dir(cfg: SeedConfig) -> Path:

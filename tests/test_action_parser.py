@@ -1,6 +1,7 @@
 """Tests of wrappers.action_parser: the pure parser, the instructions and the LLMActionParser wrapper.
 
-The wrapper is tested on a tiny toy text env defined here (the project's envs are not needed).
+The wrapper is tested on a tiny toy text env defined here; the round trip of format_response also plays
+the experts of three seed envs (their real actions).
 """
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import gymnasium as gym
 import pytest
 from gymnasium.wrappers import TimeLimit
 
-from wrappers.action_parser import FORMATS, LLMActionParser, ParseResult, format_instructions, parse_action
+from wrappers.action_parser import (FORMATS, LLMActionParser, ParseResult, format_instructions, format_response,
+                                    parse_action)
 
 
 # ---------------------------------------------------------------- toy env
@@ -443,3 +445,74 @@ def test_wrapper_attributes_reachable_through_get_wrapper_attr():
     env = TimeLimit(LLMActionParser(ToyEnv(), format="plain"), max_episode_steps=5)
     assert env.get_wrapper_attr("format") == "plain"
     assert env.get_wrapper_attr("parse")(" go ") == ("go", False, "")
+
+
+# ----------------------------------------------------------------------------- format_response: the inverse
+def _expert_actions(env_id: str, episodes: int = 3) -> list[str]:
+    """Every action the env's expert takes on a few train tasks (real actions, not made-up strings)."""
+    import gymnasium as gym
+
+    import seed_envs
+
+    env = gym.make(env_id)
+    expert = seed_envs.make_expert(env)
+    actions = []
+    for seed in range(episodes):
+        obs, info = env.reset(seed=seed)
+        for _ in range(60):
+            action = expert(obs, info)
+            actions.append(action)
+            obs, _, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                break
+    env.close()
+    return actions
+
+
+ROUND_TRIP_ACTIONS = ["7", "+", "go to cabinet 1", "search[who wrote hamlet]", "answer[Paris]", "click[Buy Now]",
+                      'say "hi" {ok}', "a < b > c", "naïve café 日本", "x\\y", "{nested {braces}}", "line\nbreak"]
+
+
+def _parsed_back(action: str, format: str) -> str:
+    """What the parser must read: the action; search_r1 writes any other action as an answer."""
+    if format == "search_r1" and not (action.startswith(("search[", "answer[")) and action.endswith("]")):
+        return f"answer[{action}]"
+    return action
+
+
+@pytest.mark.parametrize("format", FORMATS)
+@pytest.mark.parametrize("env_id", ["seed/EZPoints-v0", "seed/Sokoban-v0", "seed/SearchQA-v0"])
+def test_format_response_round_trips_every_expert_action(format, env_id):
+    actions = set(_expert_actions(env_id))
+    assert len(actions) >= 3
+    for action in actions:
+        assert parse_action(format_response(action, format), format) == (_parsed_back(action, format), False, "")
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_format_response_round_trips(format):
+    for action in ROUND_TRIP_ACTIONS:
+        assert parse_action(format_response(action, format), format) == (_parsed_back(action, format), False, "")
+
+
+def test_format_response_is_what_a_perfect_policy_writes():
+    assert format_response("7", "tags") == "<action>7</action>"
+    assert format_response("7", "boxed") == "\\boxed{7}"
+    assert format_response("7", "json") == '{"action": "7"}'
+    assert format_response("7", "json", json_key="move") == '{"move": "7"}'
+    assert format_response("search[q]", "search_r1") == "<search>q</search>"
+    assert format_response("answer[a]", "search_r1") == "<answer>a</answer>"
+    assert format_response("Paris", "search_r1") == "<answer>Paris</answer>"
+    assert format_response("7", "plain") == "7"
+
+
+@pytest.mark.parametrize("action, format", [("a</action>b", "tags"), ("x}", "boxed"), ("  7 ", "plain"),
+                                            ("", "json"), ("search[a</search>]", "search_r1")])
+def test_format_response_refuses_an_action_its_format_cannot_carry(action, format):
+    with pytest.raises(ValueError, match="cannot be written"):
+        format_response(action, format)
+
+
+def test_format_response_refuses_an_unknown_format():
+    with pytest.raises(ValueError, match="format"):
+        format_response("7", "yaml")

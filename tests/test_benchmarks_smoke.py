@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from seed_train.policy import encode_prompt
+from seed_train.codec import encode_prompt
 from seed_train.tiny import cached_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]

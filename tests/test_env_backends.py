@@ -77,11 +77,11 @@ def test_rollout_slot_reads_its_own_options_and_idles_after_the_end():
 
 def test_a_batch_smaller_than_the_vector_env_leaves_slots_idle(tiny_policy):
     pool = EnvPool(spec())
-    big = run_episodes(tiny_policy.backend, tiny_policy.tokenizer, pool, _jobs(2, 3), max_new_tokens=6, seed=1)
+    big = run_episodes(tiny_policy.backend, tiny_policy.codec, pool, _jobs(2, 3), max_new_tokens=6, seed=1)
     assert pool.vector_env.num_envs == 6
-    small = run_episodes(tiny_policy.backend, tiny_policy.tokenizer, pool, _jobs(1, 2), max_new_tokens=6, seed=1)
+    small = run_episodes(tiny_policy.backend, tiny_policy.codec, pool, _jobs(1, 2), max_new_tokens=6, seed=1)
     assert pool.vector_env.num_envs == 6 and len(small) == 2
-    fresh = run_episodes(tiny_policy.backend, tiny_policy.tokenizer, EnvPool(spec()), _jobs(1, 2), max_new_tokens=6,
+    fresh = run_episodes(tiny_policy.backend, tiny_policy.codec, EnvPool(spec()), _jobs(1, 2), max_new_tokens=6,
                          seed=1)
     assert _same_episodes(small, fresh)
     assert len(big) == 6
@@ -93,7 +93,7 @@ def test_async_backend_gives_the_same_episodes_as_sync(tiny_policy):
     results = {}
     for backend in ("sync", "async"):
         pool = EnvPool(spec(), backend)
-        results[backend] = run_episodes(tiny_policy.backend, tiny_policy.tokenizer, pool, jobs, max_new_tokens=6,
+        results[backend] = run_episodes(tiny_policy.backend, tiny_policy.codec, pool, jobs, max_new_tokens=6,
                                         seed=1)
         if backend == "async":
             assert isinstance(pool.vector_env, gym.vector.AsyncVectorEnv)
@@ -123,9 +123,9 @@ def local_ray():
 
 def test_ray_backend_gives_the_same_episodes_and_survives_a_killed_actor(tiny_policy, local_ray):
     jobs = _jobs()
-    sync = run_episodes(tiny_policy.backend, tiny_policy.tokenizer, EnvPool(spec()), jobs, max_new_tokens=6, seed=1)
+    sync = run_episodes(tiny_policy.backend, tiny_policy.codec, EnvPool(spec()), jobs, max_new_tokens=6, seed=1)
     pool = EnvPool(spec(), "ray")
-    on_ray = run_episodes(tiny_policy.backend, tiny_policy.tokenizer, pool, jobs, max_new_tokens=6, seed=1)
+    on_ray = run_episodes(tiny_policy.backend, tiny_policy.codec, pool, jobs, max_new_tokens=6, seed=1)
     assert _same_episodes(on_ray, sync)
 
     class KillsAnActor:
@@ -140,7 +140,7 @@ def test_ray_backend_gives_the_same_episodes_and_survives_a_killed_actor(tiny_po
                 local_ray.kill(pool.vector_env.actors[4], no_restart=True)
             return self.inner.generate(prompts, **kw)
 
-    crashed = run_episodes(KillsAnActor(tiny_policy.backend), tiny_policy.tokenizer, pool, jobs, max_new_tokens=6,
+    crashed = run_episodes(KillsAnActor(tiny_policy.backend), tiny_policy.codec, pool, jobs, max_new_tokens=6,
                            seed=1)
     survivors = [i for i in range(len(jobs)) if i != 4]
     assert crashed[4].meta["env_failed"] and not crashed[4].steps and "ActorDied" in crashed[4].meta["env_error"]
@@ -149,7 +149,7 @@ def test_ray_backend_gives_the_same_episodes_and_survives_a_killed_actor(tiny_po
                and crashed[i].meta["ended_by"] in ("terminated", "truncated") for i in survivors)
     assert pool.vector_env.restarts[4] == 1
     # The replaced actor plays the next batch normally.
-    again = run_episodes(tiny_policy.backend, tiny_policy.tokenizer, pool, jobs, max_new_tokens=6, seed=1)
+    again = run_episodes(tiny_policy.backend, tiny_policy.codec, pool, jobs, max_new_tokens=6, seed=1)
     assert _same_episodes(again, sync)
     pool.close()
 
@@ -157,8 +157,8 @@ def test_ray_backend_gives_the_same_episodes_and_survives_a_killed_actor(tiny_po
 def test_an_episode_does_not_depend_on_the_rest_of_its_batch(tiny_policy):
     jobs = _jobs(2, 3)
     pool = EnvPool(spec())
-    whole = run_episodes(tiny_policy.backend, tiny_policy.tokenizer, pool, jobs, max_new_tokens=6, seed=5)
-    half = run_episodes(tiny_policy.backend, tiny_policy.tokenizer, pool, jobs[::-1][:3], max_new_tokens=6, seed=5)
+    whole = run_episodes(tiny_policy.backend, tiny_policy.codec, pool, jobs, max_new_tokens=6, seed=5)
+    half = run_episodes(tiny_policy.backend, tiny_policy.codec, pool, jobs[::-1][:3], max_new_tokens=6, seed=5)
     assert _same_episodes(half, whole[::-1][:3])
     # Members of one group sample differently.
     assert len({tuple(s.response_token_ids[0] for s in t.steps) for t in whole[:3]}) > 1

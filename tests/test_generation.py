@@ -10,7 +10,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from seed_train.generation import Generation, GenerationBackend, HFGenerateBackend  # noqa: E402
-from seed_train.policy import encode_prompt, load_policy  # noqa: E402
+from seed_train.codec import encode_prompt  # noqa: E402
+from seed_train.policy import load_policy  # noqa: E402
 from seed_train.scoring import response_logprobs  # noqa: E402
 from seed_train.tiny import cached_tiny_model  # noqa: E402
 

@@ -28,7 +28,8 @@ from seed_train.cli import QUICKSTART
 from seed_train.config import SeedConfig
 from seed_train.rollout import EnvSpec
 from seed_train.skills import Skill, analyzer_prompt, episode_record, parse_skill, rule_based_skill
-from seed_train.stage1 import collect_demonstrations, format_response, sft_pairs
+from seed_train.stage1 import SFTPair, collect_demonstrations, repeat_skill_pairs, sft_pairs
+from wrappers import format_response
 from wrappers import Trajectory
 
 ENV_MODULES = {
@@ -333,8 +334,8 @@ def test_generic_rules_for_an_env_without_its_own():
 def test_stage1_skill_pairs_use_the_stage2_analyzer_prompt_and_rule_targets():
     from transformers import AutoTokenizer
 
+    from seed_train.codec import PromptCodec, encode_prompt
     from seed_train.tiny import cached_tiny_model
-    from seed_train.vision import encode_analyzer_prompt
 
     tok = AutoTokenizer.from_pretrained(str(cached_tiny_model(seed=0)))
     s = spec("seed/EZPoints-v0", "plain", template="compact", history=0, max_steps=5)
@@ -342,7 +343,8 @@ def test_stage1_skill_pairs_use_the_stage2_analyzer_prompt_and_rule_targets():
     pairs = [p for p in sft_pairs(demos, tok, "plain") if p.kind == "skill"]
     assert len(pairs) == 3
     for pair, t in zip(pairs, demos):
-        assert pair.prompt_ids == encode_analyzer_prompt(tok, t, 0)  # what generate_skills feeds in Stage 2
+        assert pair.prompt_ids == encode_prompt(tok, analyzer_prompt(t))  # the analyzer prompt as a user turn
+        assert pair.prompt_ids == PromptCodec(tok).encode_analyzer(t, 0)  # what generate_skills feeds in Stage 2
         target = rule_based_skill(t).to_json()
         assert pair.response_ids == tok(target, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     prompt = analyzer_prompt(demos[0])
@@ -578,3 +580,19 @@ def test_searchqa_detectors():
                 "Answer submitted: Kel Bank. Incorrect.")
     assert qa.failure_kind(wrong) == "wrong_fact"
     assert qa.hindsight_rule(_rec(["search[x]", "answer[y]"], success=True, category="comparison")).kind == "workflow/comparison"
+
+
+def test_repeat_skill_pairs_repeats_skill_pairs_only_in_order():
+    act = [SFTPair([1], [2], "act"), SFTPair([3], [4], "act")]
+    skill = SFTPair([5], [6], "skill")
+    pairs = [act[0], skill, act[1]]
+    assert repeat_skill_pairs(pairs, 1) == pairs
+    assert repeat_skill_pairs(pairs, 3) == [act[0], skill, skill, skill, act[1]]
+    with pytest.raises(ValueError, match="repeats"):
+        repeat_skill_pairs(pairs, 0)
+
+
+def test_stage1_skill_repeats_is_a_checked_config_field():
+    assert SeedConfig().stage1_skill_repeats == 1
+    with pytest.raises(ValueError, match="stage1_skill_repeats"):
+        SeedConfig(stage1_skill_repeats=0)

@@ -11,10 +11,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
+from seed_train.codec import encode_prompt  # noqa: E402
 from seed_train.policy import (  # noqa: E402
     LoraSettings,
     embedded_gguf_path,
-    encode_prompt,
     frozen_copy,
     load_policy,
     reference_logprobs_context,

@@ -10,7 +10,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from seed_train.generation import Generation, HFGenerateBackend  # noqa: E402
-from seed_train.policy import LoraSettings, encode_prompt, load_policy  # noqa: E402
+from seed_train.codec import encode_prompt  # noqa: E402
+from seed_train.policy import LoraSettings, load_policy  # noqa: E402
 from seed_train.scoring import (MIN_SHARED_PREFIX, auto_prefix_groups, cache_layers,  # noqa: E402
                                 response_logprobs, shared_head_groups)
 from seed_train.tiny import cached_tiny_model  # noqa: E402
@@ -190,7 +191,7 @@ def test_a_model_whose_cache_cannot_be_shared_takes_the_plain_path(policy, promp
 
 
 def test_vision_models_take_the_plain_path() -> None:
-    from seed_train.vision import cached_tiny_vlm
+    from seed_train.tiny import cached_tiny_vlm
 
     model, processor = load_policy(str(cached_tiny_vlm(seed=0)))
     prompt = encode_prompt(processor, HEADS[0])
@@ -262,14 +263,14 @@ def test_first_ppo_minibatch_has_ratio_one_at_the_sampling_temperature() -> None
     jobs = group_jobs(list(panel_of(spec)[:2]), 2, base_seed=3, prefix="it0")
     pool = EnvPool(spec)
     try:
-        trajectories = run_episodes(policy.backend, policy.tokenizer, pool, jobs, max_new_tokens=4,
+        trajectories = run_episodes(policy.backend, policy.codec, pool, jobs, max_new_tokens=4,
                                     temperature=cfg.temperature, seed=5)
     finally:
         pool.close()
     # Advantages of both signs (the tiny model's groups have uniform outcomes, so GRPO's would be all 0
     # and the update would skip its forward: nothing measured).
     advantages = [[1.0 if e % 2 else -1.0] * len(t.steps) for e, t in enumerate(trajectories)]
-    samples = build_samples(trajectories, advantages, [None] * len(trajectories), policy.tokenizer)
+    samples = build_samples(trajectories, advantages, [None] * len(trajectories), policy.codec)
     no_scores = {"teacher_logprobs": None, "ref_logprobs": None}
     ratios = {}
     for flag in (True, False):

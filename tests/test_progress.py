@@ -40,7 +40,7 @@ def test_evaluation_announces_itself_and_counts_episodes(tiny_policy, capsys, mo
 
     stderr = Terminal() if terminal else io.StringIO()
     monkeypatch.setattr(sys, "stderr", stderr)
-    summary = evaluate_policy(tiny_policy.backend, tiny_policy.tokenizer, echo_spec(), max_new_tokens=3,
+    summary = evaluate_policy(tiny_policy.backend, tiny_policy.codec, echo_spec(), max_new_tokens=3,
                               progress="before training")
     assert summary["categories"]["all"]["episodes"] == 6
     assert "evaluating before training: test/Echo-v0 unseen, 6 episodes (6 tasks) ..." in capsys.readouterr().out
@@ -57,7 +57,7 @@ def test_progress_env_var_turns_bars_off_in_a_terminal(tiny_policy, capsys, monk
     stderr = Terminal()
     monkeypatch.setattr(sys, "stderr", stderr)
     monkeypatch.setenv(PROGRESS_ENV, "0")
-    evaluate_policy(tiny_policy.backend, tiny_policy.tokenizer, echo_spec(), max_new_tokens=3, progress="after")
+    evaluate_policy(tiny_policy.backend, tiny_policy.codec, echo_spec(), max_new_tokens=3, progress="after")
     assert stderr.getvalue() == "" and "evaluating after" in capsys.readouterr().out
 
 
@@ -68,7 +68,7 @@ def test_rollouts_report_each_finished_episode_once(tiny_policy):
     pool = EnvPool(spec)
     finished = []
     jobs = group_jobs([f"echo/unseen/{2000 + i:04d}" for i in range(3)], 2, base_seed=0, prefix="p")
-    trajectories = run_episodes(tiny_policy.backend, tiny_policy.tokenizer, pool, jobs, max_new_tokens=3, seed=1,
+    trajectories = run_episodes(tiny_policy.backend, tiny_policy.codec, pool, jobs, max_new_tokens=3, seed=1,
                                 on_finished=finished.append)
     pool.close()
     assert sum(finished) == len(trajectories) == 6 and all(k > 0 for k in finished)

@@ -15,7 +15,7 @@ import toy_env  # noqa: F401  (registers test/Echo-v0)
 
 from seed_train.config import BASELINES, SeedConfig, SetupError
 from seed_train.generation import Generation, HFGenerateBackend
-from seed_train.policy import encode_prompt
+from seed_train.codec import encode_prompt
 from seed_train.rollout import EnvPool, RolloutStats, group_jobs
 from seed_train.samples import StepSample, build_samples, step_advantages
 from seed_train.skill_sources import (EmptySkills, FrozenAnalyzer, NoSkills, OnPolicyAnalyzer, ShuffledSkills,
@@ -110,7 +110,7 @@ def big_update(model) -> None:
 # ---------------------------------------------------------------------------------- which skill text
 def test_on_policy_gives_each_episode_the_analyzers_skill_for_it(tiny_path):
     policy = fresh_policy(tiny_path)
-    policy.backend = SnapshotBackend(policy.tokenizer, policy.model)
+    policy.backend = SnapshotBackend(policy.codec.tokenizer, policy.model)
     source = make_skill_source(cfg_for(tiny_path), policy.model)
     assert isinstance(source, OnPolicyAnalyzer) and source.produces_skills
     trajs = batch()
@@ -120,7 +120,7 @@ def test_on_policy_gives_each_episode_the_analyzers_skill_for_it(tiny_path):
 
 def test_shuffled_gives_another_member_of_the_same_group(tiny_path):
     policy = fresh_policy(tiny_path)
-    policy.backend = SnapshotBackend(policy.tokenizer, policy.model)
+    policy.backend = SnapshotBackend(policy.codec.tokenizer, policy.model)
     source = make_skill_source(cfg_for(tiny_path, skill_source="shuffled"), policy.model)
     assert isinstance(source, ShuffledSkills) and source.kind == "shuffled"
     trajs = batch()
@@ -134,7 +134,7 @@ def test_shuffled_gives_another_member_of_the_same_group(tiny_path):
 
 def test_shuffled_tasks_gives_a_skill_from_a_different_task(tiny_path):
     policy = fresh_policy(tiny_path)
-    policy.backend = SnapshotBackend(policy.tokenizer, policy.model)
+    policy.backend = SnapshotBackend(policy.codec.tokenizer, policy.model)
     source = make_skill_source(cfg_for(tiny_path, skill_source="shuffled_tasks"), policy.model)
     assert isinstance(source, ShuffledSkills) and source.kind == "shuffled_tasks"
     trajs = batch()
@@ -184,16 +184,16 @@ def test_empty_skill_teacher_prompt_is_the_student_prompt_plus_the_header(tiny_p
              "insert_after_task": "", "template": {}}
     student = render_prompt(parts)
     step = Step(index=0, observation="Say: up", action="up", reward=0.0, prompt=student, prompt_parts=parts,
-                prompt_token_ids=encode_prompt(policy.tokenizer, student), response_token_ids=[5, 6],
+                prompt_token_ids=encode_prompt(policy.codec, student), response_token_ids=[5, 6],
                 response_logprobs=[-1.0, -2.0])
     traj = Trajectory(episode_id="e", env_id="x", task_id="t", task=parts["task"], category="c", split="train",
                       group_id="g", steps=[step]).finish(success=True, score=1.0)
     skills = source.skills([traj], policy, seed=0)
     assert skills == [Skill("", "")]
-    (sample,) = build_samples([traj], [[0.0]], skills, policy.tokenizer)
+    (sample,) = build_samples([traj], [[0.0]], skills, policy.codec)
     head, tail = student.split("\n\n", 1)  # the task paragraph, then the rest
-    assert sample.teacher_prompt_ids == encode_prompt(policy.tokenizer, f"{head}\n\n{SKILL_HEADER}\n\n{tail}")
-    assert sample.prompt_ids == encode_prompt(policy.tokenizer, student)
+    assert sample.teacher_prompt_ids == encode_prompt(policy.codec, f"{head}\n\n{SKILL_HEADER}\n\n{tail}")
+    assert sample.prompt_ids == encode_prompt(policy.codec, student)
 
 
 @pytest.mark.parametrize("overrides", [{"skill_source": "none"}, {"opd_coef": 0.0}, {"opd_coef": 0.0, "skill_source": "empty"}])
@@ -242,7 +242,7 @@ def test_frozen_analyzes_with_theta0_on_a_backend_with_its_own_weights(tiny_path
     big_update(policy.model)
     theta_k = state(policy.model)
     assert not same_weights(theta0, theta_k)
-    policy.backend = SnapshotBackend(policy.tokenizer, policy.model)  # the iteration's sync: the engine has θ_k
+    policy.backend = SnapshotBackend(policy.codec.tokenizer, policy.model)  # the iteration's sync: the engine has θ_k
     frozen.skills(batch(), policy, seed=0)
     assert same_weights(policy.backend.generated_with[-1], theta0)
     assert same_weights(state(policy.model), theta_k)  # the model has θ_k back ...
@@ -265,8 +265,8 @@ def test_frozen_analyzer_logits_are_theta0s_and_on_policy_thetaks(tiny_path):
     theta0_model = copy.deepcopy(policy.model)
     frozen = make_skill_source(cfg_for(tiny_path, skill_source="frozen"), policy.model)
     big_update(policy.model)
-    policy.backend = LogitRecorder(policy.model, policy.tokenizer)
-    prompt = torch.tensor([encode_prompt(policy.tokenizer, analyzer_prompt(batch()[0]))])  # the first analyzer prompt
+    policy.backend = LogitRecorder(policy.model, policy.codec.tokenizer)
+    prompt = torch.tensor([encode_prompt(policy.codec, analyzer_prompt(batch()[0]))])  # the first analyzer prompt
     with torch.no_grad():
         at_theta0 = theta0_model(input_ids=prompt).logits[0, -1]
         at_theta_k = policy.model(input_ids=prompt).logits[0, -1]
@@ -301,7 +301,7 @@ def test_build_samples_records_the_group_of_each_step(tiny_path):
     trajs = batch()
     for t in trajs:
         t.steps[0].prompt_token_ids, t.steps[0].response_token_ids, t.steps[0].response_logprobs = [1, 2], [3], [-1.0]
-    samples = build_samples(trajs, step_advantages(trajs), [None] * len(trajs), policy.tokenizer)
+    samples = build_samples(trajs, step_advantages(trajs), [None] * len(trajs), policy.codec)
     assert [(s.group, s.step) for s in samples] == [(g, 0) for g in range(TASKS) for _ in range(GROUP)]
 
 

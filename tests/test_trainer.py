@@ -128,22 +128,22 @@ def test_rollout_records_exact_tokens_and_logprobs(tiny_policy):
     pool = EnvPool(ezpoints_spec())
     panel = list(gym.make("seed/EZPoints-v0", split="test").unwrapped.task_ids()[:2])
     jobs = group_jobs(panel, 3, base_seed=7, prefix="it0")
-    trajs = run_episodes(policy.backend, policy.tokenizer, pool, jobs, max_new_tokens=6, seed=1)
+    trajs = run_episodes(policy.backend, policy.codec, pool, jobs, max_new_tokens=6, seed=1)
     assert [t.task_id for t in trajs] == [panel[0]] * 3 + [panel[1]] * 3
     assert len({t.group_id for t in trajs[:3]}) == 1 and trajs[0].group_id != trajs[3].group_id
     assert {t.seed for t in trajs[:3]} == {7}
     steps = [s for t in trajs for s in t.steps]
-    eos = policy.tokenizer.eos_token_id
+    eos = policy.codec.tokenizer.eos_token_id
     for s in steps:  # the text is the decoded ids, less a final eos (special tokens inside it stay)
         ids = s.response_token_ids[:-1] if s.response_token_ids[-1] == eos else s.response_token_ids
-        assert policy.tokenizer.decode(ids, skip_special_tokens=False) == s.response
+        assert policy.codec.tokenizer.decode(ids, skip_special_tokens=False) == s.response
     lp, mask = response_logprobs(policy.model, [s.prompt_token_ids for s in steps], [s.response_token_ids for s in steps])
     for i, s in enumerate(steps):
         assert torch.allclose(lp[i, : len(s.response_token_ids)], torch.tensor(s.response_logprobs), atol=1e-4)
-    again = run_episodes(policy.backend, policy.tokenizer, pool, jobs, max_new_tokens=6, seed=1)
+    again = run_episodes(policy.backend, policy.codec, pool, jobs, max_new_tokens=6, seed=1)
     assert [[s.response_token_ids for s in t.steps] for t in again] == [[s.response_token_ids for s in t.steps] for t in trajs]
     skills = [Skill("", "Use both cards and check the target value.")] * 3 + [None] * 3
-    samples = build_samples(trajs, step_advantages(trajs), skills, policy.tokenizer)
+    samples = build_samples(trajs, step_advantages(trajs), skills, policy.codec)
     assert len(samples) == len(steps)
     assert all((s.teacher_prompt_ids is not None) == (s.episode < 3) for s in samples)
 
@@ -157,8 +157,8 @@ def test_wilson_interval_matches_reference_values():
 def test_evaluation_runs_each_panel_task_once_whatever_the_batch_size(tiny_policy):
     spec = EnvSpec(env_id="test/Echo-v0", split="test", template="compact", history=0, action_format="plain",
                    format_penalty=0.1)
-    a = evaluate_policy(tiny_policy.backend, tiny_policy.tokenizer, spec, max_new_tokens=4, batch_size=5)
-    b = evaluate_policy(tiny_policy.backend, tiny_policy.tokenizer, spec, max_new_tokens=4, batch_size=32)
+    a = evaluate_policy(tiny_policy.backend, tiny_policy.codec, spec, max_new_tokens=4, batch_size=5)
+    b = evaluate_policy(tiny_policy.backend, tiny_policy.codec, spec, max_new_tokens=4, batch_size=32)
     assert a["categories"]["all"]["episodes"] == 32
     assert a["categories"] == b["categories"]
 
@@ -172,7 +172,7 @@ def test_sampled_evaluation_plays_each_task_k_times_with_paired_noise(tiny_polic
     runs = []
     for name, batch in (("a", 7), ("b", 64)):
         path = tmp_path / f"{name}.jsonl"
-        summary = evaluate_policy(tiny_policy.backend, tiny_policy.tokenizer, spec, max_new_tokens=4, limit=6,
+        summary = evaluate_policy(tiny_policy.backend, tiny_policy.codec, spec, max_new_tokens=4, limit=6,
                                   greedy=False, temperature=1.0, seed=3, samples_per_task=3, batch_size=batch,
                                   trajectories_path=path)
         runs.append((summary, list(read_trajectories(path))))
@@ -189,7 +189,7 @@ def test_sampled_evaluation_plays_each_task_k_times_with_paired_noise(tiny_polic
         by_task.setdefault(t.task_id, set()).add(tuple(t.steps[0].response_token_ids))
     assert any(len(v) > 1 for v in by_task.values())
     with pytest.raises(ValueError, match="samples_per_task"):
-        evaluate_policy(tiny_policy.backend, tiny_policy.tokenizer, spec, max_new_tokens=4, samples_per_task=2)
+        evaluate_policy(tiny_policy.backend, tiny_policy.codec, spec, max_new_tokens=4, samples_per_task=2)
 
 
 def test_eval_samples_need_sampling():
@@ -336,14 +336,14 @@ def test_a_minibatch_without_gradient_signal_skips_the_pass_and_matches_it(tiny_
                    format_penalty=0.1, max_steps=2)
     pool = EnvPool(spec)
     try:
-        trajectories = run_episodes(policy.backend, policy.tokenizer, pool,
+        trajectories = run_episodes(policy.backend, policy.codec, pool,
                                     group_jobs(list(gym.make("test/Echo-v0", split="test").unwrapped.task_ids()[:2]),
                                                3, base_seed=1, prefix="it0"),
                                     max_new_tokens=4, seed=2)
     finally:
         pool.close()
     zero = [[0.0] * len(t.steps) for t in trajectories]
-    samples = build_samples(trajectories, zero, [None] * len(trajectories), policy.tokenizer)
+    samples = build_samples(trajectories, zero, [None] * len(trajectories), policy.codec)
     assert len(samples) > cfg.minibatch_size  # several minibatches
     no_scores = {"teacher_logprobs": None, "ref_logprobs": None}
     results = {}

@@ -13,13 +13,14 @@ pytest.importorskip("peft")
 
 from seed_train.cli import main_eval  # noqa: E402
 from seed_train.config import SeedConfig  # noqa: E402
-from seed_train.policy import LoraSettings, encode_prompt, load_policy  # noqa: E402
+from seed_train.codec import (IMAGE_PLACEHOLDER, PromptCodec, VisionPromptCodec, encode_prompt,  # noqa: E402
+                               is_processor, load_step_images, prompt_codec)
+from seed_train.policy import LoraSettings, load_policy  # noqa: E402
 from seed_train.rollout import EnvPool, EnvSpec, group_jobs, run_episodes  # noqa: E402
 from seed_train.scoring import response_logprobs  # noqa: E402
-from seed_train.tiny import cached_tiny_model  # noqa: E402
+from seed_train.tiny import cached_tiny_model, cached_tiny_vlm  # noqa: E402
 from seed_train.trainer import generate_skills, load, train  # noqa: E402
-from seed_train.vision import (IMAGE_PLACEHOLDER, cached_tiny_vlm, encode_analyzer_prompt,  # noqa: E402
-                               is_processor, load_step_images, step_prompt, vision_of, vision_special_ids)
+from seed_train.vision import vision_of, vision_special_ids  # noqa: E402
 from wrappers import TrajectoryWriter, read_trajectories, resolve_image  # noqa: E402
 
 IMAGE_ENVS = ("seed/EZPoints-v0", "seed/Sokoban-v0")
@@ -79,7 +80,7 @@ def recorded(vlm, tmp_path_factory):
     out = {}
     for env_id in IMAGE_ENVS:
         panel = list(gym.make(env_id, split="test").unwrapped.task_ids()[:2])
-        trajs = run_episodes(vlm.backend, vlm.tokenizer, EnvPool(image_spec(env_id)), group_jobs(panel, 2, base_seed=3, prefix="t"),
+        trajs = run_episodes(vlm.backend, vlm.codec, EnvPool(image_spec(env_id)), group_jobs(panel, 2, base_seed=3, prefix="t"),
                              max_new_tokens=5, seed=1)
         path = tmp_path_factory.mktemp("vision") / f"{env_id.split('/')[1]}.jsonl"
         with TrajectoryWriter(path) as writer:
@@ -108,7 +109,7 @@ def test_image_rollout_records_images_and_tokens_and_rescores_exactly(vlm, recor
     load_step_images(read, path)
     steps = [s for t in read for s in t.steps]
     assert np.array_equal(steps[0].image, trajs[0].steps[0].image)
-    prompts = [step_prompt(vlm.tokenizer, s) for s in steps]
+    prompts = [vlm.codec.step_prompt(s) for s in steps]
     assert all(vision_of(p) is not None for p in prompts)
     lp, _ = response_logprobs(vlm.model, prompts, [s.response_token_ids for s in steps], batch_size=5)
     for i, s in enumerate(steps):
@@ -116,12 +117,14 @@ def test_image_rollout_records_images_and_tokens_and_rescores_exactly(vlm, recor
     # Image tokens without their pixels are refused, not silently scored against pad embeddings.
     with pytest.raises(ValueError, match="no pixel inputs"):
         response_logprobs(vlm.model, [list(prompts[0])], [steps[0].response_token_ids])
+    with pytest.raises(ValueError, match="no pixel inputs"):  # nor generated from
+        vlm.backend.generate([list(prompts[0])], max_new_tokens=2, greedy=True)
 
 
 def test_a_vlm_on_text_prompts_rescores_exactly(vlm):
     """No image (obs_mode text, analyzer placeholders): plain and shared-prefix scoring match generation."""
     head = "Task: push every box onto a target. You can push a box but not pull it. "
-    prompts = [encode_prompt(vlm.tokenizer, head + obs) for obs in ("Now: left wall.", "Now: box above.", "Go")]
+    prompts = [encode_prompt(vlm.codec, head + obs) for obs in ("Now: left wall.", "Now: box above.", "Go")]
     gens = vlm.backend.generate(prompts, max_new_tokens=5, row_seeds=[1, 2, 3])
     responses = [g.response_token_ids for g in gens]
     for groups in (None, [0, 0, 1]):
@@ -133,15 +136,15 @@ def test_a_vlm_on_text_prompts_rescores_exactly(vlm):
 def test_analyzer_sees_placeholders_or_images(vlm, recorded):
     _, trajs = recorded["seed/Sokoban-v0"]
     t = trajs[0]
-    text_ids = encode_analyzer_prompt(vlm.tokenizer, t, images=0)
+    text_ids = vlm.codec.encode_analyzer(t, images=0)
     assert vision_of(text_ids) is None
-    assert vlm.tokenizer.decode(text_ids).count(f"saw: {IMAGE_PLACEHOLDER} ") == t.length
-    two = encode_analyzer_prompt(vlm.tokenizer, t, images=2)
+    assert vlm.codec.tokenizer.decode(text_ids).count(f"saw: {IMAGE_PLACEHOLDER} ") == t.length
+    two = vlm.codec.encode_analyzer(t, images=2)
     assert vision_of(two).num_images == 2
-    assert vlm.tokenizer.decode(two).count(IMAGE_PLACEHOLDER) == t.length - 2  # earlier steps keep the placeholder
+    assert vlm.codec.tokenizer.decode(two).count(IMAGE_PLACEHOLDER) == t.length - 2  # earlier steps keep the placeholder
     for images in (0, 2):  # text with placeholders, and prompts with several images, generate
         cfg = SeedConfig(analyzer_images=images, analyzer_retries=0, skill_max_new_tokens=6)
-        assert len(generate_skills(vlm.backend, vlm.tokenizer, trajs, cfg, seed=0)) == len(trajs)
+        assert len(generate_skills(vlm.backend, vlm.codec, trajs, cfg, seed=0)) == len(trajs)
 
 
 def test_one_seed_update_on_images_with_valid_skills(tmp_path, vlm_path):
@@ -179,16 +182,45 @@ def test_full_finetuning_with_the_analyzer_on_images(tmp_path, vlm_path):
 
 
 def test_text_only_model_on_an_image_env_fails_naming_obs_mode(tmp_path, capsys):
+    from seed_train.preflight import check_run_setup
+
     text_model = str(cached_tiny_model(seed=0))
-    with pytest.raises(ValueError, match="obs_mode='image'"):
-        load(SeedConfig(model=text_model, lora=False, env_id="seed/Sokoban-v0", env_kwargs={"obs_mode": "image"}))
+    # Before any model loads: the built env's obs_mode and the model folder's config.
+    for model in (text_model, "smollm2-135m"):
+        with pytest.raises(ValueError, match="config field 'env_kwargs'.*obs_mode='image'.*text-only model"):
+            check_run_setup(SeedConfig(model=model, lora=False, env_id="seed/Sokoban-v0", env_kwargs={"obs_mode": "image"},
+                                       output_dir=str(tmp_path / "never")))
+    assert not (tmp_path / "never").exists()
+    check_run_setup(SeedConfig(model=text_model, env_id="seed/Sokoban-v0", env_kwargs={"obs_mode": "text+image"},
+                               output_dir=str(tmp_path / "ok")))
+    check_run_setup(SeedConfig(model=str(cached_tiny_vlm(seed=0)), env_id="seed/Sokoban-v0",
+                               env_kwargs={"obs_mode": "image"}, output_dir=str(tmp_path / "ok")))
     policy = load(SeedConfig(model=text_model, lora=False))
     with pytest.raises(ValueError, match="obs_mode='image'.*text-only model"):
-        run_episodes(policy.backend, policy.tokenizer, EnvPool(image_spec("seed/Sokoban-v0")),
+        run_episodes(policy.backend, policy.codec, EnvPool(image_spec("seed/Sokoban-v0")),
                      group_jobs(["any"], 1, base_seed=0, prefix="x"), max_new_tokens=2)
     code = main_eval(["--model", text_model, "--env", "seed/EZPoints-v0", "--env-kwargs", '{"obs_mode": "image"}',
                       "--out", str(tmp_path / "ev")])
-    assert code == 2 and "obs_mode='image'" in capsys.readouterr().err
+    assert code == 2 and "--env-kwargs: seed/EZPoints-v0 with obs_mode='image'" in capsys.readouterr().err
+    assert not (tmp_path / "ev").exists()
+
+
+def test_the_codec_is_chosen_once_from_what_loaded(vlm, vlm_path):
+    text_tok = load_policy(str(cached_tiny_model(seed=0)))[1]
+    text = prompt_codec(text_tok)
+    assert type(text) is PromptCodec and not text.sees_images and prompt_codec(text) is text
+    assert isinstance(vlm.codec, VisionPromptCodec) and vlm.codec.sees_images
+    image = np.zeros((28, 28, 3), dtype=np.uint8)
+    # A text model gets the text alone; its ids are the chat template's, whatever images are passed.
+    assert text.encode("hi", images=[image]) == text.encode("hi") == encode_prompt(text_tok, "hi")
+    with_image = vlm.codec.encode("hi", images=[image])
+    assert vision_of(with_image) is not None and vision_of(vlm.codec.encode("hi")) is None
+    assert vlm.model.config.image_token_id in with_image
+    # The pixels are a pure function of the image: attaching them to the recorded ids gives the same inputs.
+    again = vlm.codec.attach(list(with_image), [image])
+    assert list(again) == list(with_image)
+    assert torch.equal(vision_of(again).pixel_values, vision_of(with_image).pixel_values)
+    assert text.attach([1, 2], [image]) == [1, 2] and vlm.codec.attach([1, 2], None) == [1, 2]
 
 
 def test_seed_eval_of_a_vision_policy_writes_the_same_report_as_text(tmp_path, vlm_path):

@@ -35,7 +35,7 @@ def backend_and_model():
 
 def test_generate_matches_protocol_and_recomputed_logprobs(backend_and_model):
     from seed_train.generation import GenerationBackend
-    from seed_train.policy import encode_prompt
+    from seed_train.codec import encode_prompt
     from seed_train.scoring import response_logprobs
 
     backend, model, tok = backend_and_model
@@ -55,7 +55,7 @@ def test_generate_matches_protocol_and_recomputed_logprobs(backend_and_model):
 def test_sync_weights_changes_samples(backend_and_model):
     import torch
 
-    from seed_train.policy import encode_prompt
+    from seed_train.codec import encode_prompt
 
     backend, model, tok = backend_and_model
     prompt = [encode_prompt(tok, "Push the box up.")]

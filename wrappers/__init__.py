@@ -12,7 +12,7 @@ Stack them with the recorder outermost::
     env = TrajectoryRecorder(LLMActionParser(PromptRenderer(gym.make(...))), sink=writer)
     env = TrajectoryRecorder(make_agent_env("seed/Sokoban-v0"), sink=writer)  # the same, env defaults
 """
-from wrappers.action_parser import LLMActionParser, ParseResult, format_instructions, parse_action
+from wrappers.action_parser import LLMActionParser, ParseResult, format_instructions, format_response, parse_action
 from wrappers.prompt import PromptParts, PromptRenderer, PromptTemplate, TEMPLATES, render_prompt
 from wrappers.stack import agent_defaults, make_agent_env
 from wrappers.recorder import ServedResponse, TokenizedResponse, TrajectoryRecorder
@@ -43,6 +43,7 @@ __all__ = [
     "TrajectoryWriter",
     "agent_defaults",
     "format_instructions",
+    "format_response",
     "make_agent_env",
     "parse_action",
     "read_trajectories",

@@ -328,6 +328,44 @@ def parse_action(
     return result
 
 
+def format_response(action: str, format: str = "tags", *, json_key: str = "action") -> str:
+    """What a perfect policy writes for ``action`` in ``format``: the inverse of :func:`parse_action`.
+
+    Stage 1 trains on these strings and the expert plays through them, so every format must give the
+    action back: ``parse_action(format_response(a, f), f).action == a`` (for ``"search_r1"`` an
+    action that is not ``search[...]``/``answer[...]`` is written as an answer and comes back as
+    ``answer[a]``). An action the format cannot carry (``</action>`` inside a tag, an unbalanced
+    brace inside ``\\boxed{}``, surrounding whitespace, an empty string) raises ValueError rather
+    than teaching the policy an output the parser reads differently.
+    """
+    if not isinstance(action, str):
+        raise ValueError(f"action: expected a str, got {type(action).__name__}")
+    expected = action
+    if format == "tags":
+        text = f"<action>{action}</action>"
+    elif format == "boxed":
+        text = f"\\boxed{{{action}}}"
+    elif format == "json":
+        text = json.dumps({json_key: action})
+    elif format == "search_r1":
+        verb = next((v for v in ("search", "answer") if action.startswith(f"{v}[") and action.endswith("]")), None)
+        if verb is None:
+            verb, expected = "answer", f"answer[{action}]"
+            content = action
+        else:
+            content = action[len(verb) + 1:-1]
+        text = f"<{verb}>{content}</{verb}>"
+    elif format == "plain":
+        text = action
+    else:
+        raise ValueError(f"format: expected one of {FORMATS}, got {format!r}")
+    parsed = parse_action(text, format, json_key=json_key)
+    if parsed.format_error or parsed.action != expected:
+        raise ValueError(f"the action {action!r} cannot be written in the {format!r} format so that it parses back "
+                         f"(the parser reads {parsed.action!r}{': ' + parsed.reason if parsed.reason else ''})")
+    return text
+
+
 def format_instructions(format: str = "tags", *, json_key: str = "action") -> str:
     """The answer-format instruction for a prompt, matching what :func:`parse_action` accepts."""
     if format == "tags":

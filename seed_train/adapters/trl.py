@@ -33,7 +33,7 @@ import gymnasium as gym
 import seed_envs  # noqa: F401  (registers the ids)
 from seed_envs.core import ToolVerb
 from seed_train.generation import HFGenerateBackend
-from seed_train.policy import encode_prompt
+from seed_train.codec import encode_prompt
 from wrappers import PromptParts, agent_defaults, make_agent_env, render_prompt
 
 _SENTINEL = "\u2063SEED-RESPONSE\u2063"  # stands in for a response when rendering the turn template
