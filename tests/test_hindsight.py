@@ -596,3 +596,25 @@ def test_stage1_skill_repeats_is_a_checked_config_field():
     assert SeedConfig().stage1_skill_repeats == 1
     with pytest.raises(ValueError, match="stage1_skill_repeats"):
         SeedConfig(stage1_skill_repeats=0)
+
+
+def test_run_stage1_trains_on_the_repeated_skill_pairs(tmp_path):
+    from seed_train.evaluate import panel_of
+    from seed_train.rollout import sample_tasks
+    from seed_train.tiny import cached_tiny_model
+    from seed_train.trainer import env_spec, load, run_stage1
+
+    cfg = SeedConfig(env_id="seed/EZPoints-v0", model=str(cached_tiny_model(seed=0)), lora=False, template="compact",
+                     history=0, action_format="plain", max_steps=5, stage1_demos=3, stage1_epochs=1,
+                     stage1_batch_size=4, stage1_skill_repeats=3, output_dir=str(tmp_path / "run"))
+    policy = load(cfg)
+    said: list[str] = []
+    stats = run_stage1(policy, cfg, said.append)
+    # The same demonstrations as run_stage1 plays (its task draw), counted without repeats.
+    s = env_spec(cfg, cfg.train_split)
+    tasks = sample_tasks(panel_of(s), 3, np.random.default_rng([cfg.seed, 1_000_001]))
+    plain = sft_pairs(collect_demonstrations(s, tasks, seed=cfg.seed), policy.codec, "plain")
+    kinds = [p.kind for p in plain]
+    assert kinds.count("skill") == 3
+    assert stats["stage1_pairs"] == kinds.count("act") + 3 * kinds.count("skill")
+    assert any("(skill pairs x3)" in line for line in said)

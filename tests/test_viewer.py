@@ -252,7 +252,7 @@ def test_trainer_records_teacher_logprobs_and_token_pieces(tmp_path):
     steps = [s for t in read_trajectories(tmp_path / "run" / "trajectories.jsonl") for s in t.steps]
     assert steps and all(len(s.teacher_logprobs) == len(s.response_token_ids) == len(s.response_tokens) for s in steps)
     assert all(all(x <= 0 for x in s.teacher_logprobs) for s in steps)
-    tokenizer = load(SeedConfig(model=tiny, lora=False)).tokenizer
+    tokenizer = load(SeedConfig(model=tiny, lora=False)).codec.tokenizer
     for s in steps:
         assert "".join(s.response_tokens) == tokenizer.decode(s.response_token_ids, skip_special_tokens=False)
     assert "".join(token_pieces(tokenizer, tokenizer.encode("héllo wörld"))) == "héllo wörld"
