@@ -15,6 +15,7 @@ settings (template, history, max_steps) give way to the env's defaults.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from collections import Counter
 
@@ -84,6 +85,9 @@ def main() -> None:
     t2 = time.perf_counter()
     skills = generate_skills(policy.backend, policy.codec, trajectories, cfg, seed=args.seed + 2)
     analyze_s = time.perf_counter() - t2
+    # The first attempt alone (the same first samples: attempt k draws with seed + k).
+    first = (skills if cfg.analyzer_retries == 0 else
+             generate_skills(policy.backend, policy.codec, trajectories, dataclasses.replace(cfg, analyzer_retries=0), seed=args.seed + 2))
 
     valid = [s is not None for s in skills]
     by_outcome = Counter((t.success, ok) for t, ok in zip(trajectories, valid))
@@ -95,6 +99,9 @@ def main() -> None:
           f"{stage1['stage1_loss_last']:.3f}  analyzer budget {cfg.skill_max_new_tokens} tokens, "
           f"{cfg.analyzer_retries} retries")
     print(f"skill validity: {sum(valid)}/{n} = {sum(valid) / n:.0%}   (target >= 80%)")
+    if cfg.analyzer_retries:
+        valid_first = sum(s is not None for s in first)
+        print(f"  first attempt alone: {valid_first}/{n} = {valid_first / n:.0%}")
     for success in (True, False):
         total = by_outcome[(success, True)] + by_outcome[(success, False)]
         if total:
