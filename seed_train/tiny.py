@@ -141,17 +141,23 @@ def build_tiny_model(
     return out
 
 
+# (builder name, seed, sorted kwargs) -> folder: each tiny model is built once per process.
 _CACHE: dict[tuple, Path] = {}
+
+
+def _cached(build, prefix: str, seed: int, kwargs: dict) -> Path:
+    """``build`` into a temp folder (removed at exit), once per process and arguments."""
+    key = (build.__name__, seed, tuple(sorted(kwargs.items())))
+    if key not in _CACHE or not (_CACHE[key] / "config.json").is_file():
+        tmp = Path(tempfile.mkdtemp(prefix=prefix))
+        atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+        _CACHE[key] = build(tmp, seed=seed, **kwargs)
+    return _CACHE[key]
 
 
 def cached_tiny_model(seed: int = 0, **kwargs: int) -> Path:
     """:func:`build_tiny_model` into a temp folder, once per process and arguments (for tests)."""
-    key = (seed, tuple(sorted(kwargs.items())))
-    if key not in _CACHE or not (_CACHE[key] / "config.json").is_file():
-        tmp = Path(tempfile.mkdtemp(prefix="seedgym-tiny-"))
-        atexit.register(shutil.rmtree, tmp, ignore_errors=True)
-        _CACHE[key] = build_tiny_model(tmp, seed=seed, **kwargs)
-    return _CACHE[key]
+    return _cached(build_tiny_model, "seedgym-tiny-", seed, kwargs)
 
 
 # ------------------------------------------------------------------------------------ the tiny VLM
@@ -232,14 +238,6 @@ def build_tiny_vlm(out_dir: str | Path, *, seed: int = 0, vocab_size: int = 768,
     return out
 
 
-_VLM_CACHE: dict[tuple, Path] = {}
-
-
 def cached_tiny_vlm(seed: int = 0, **kwargs: int) -> Path:
     """:func:`build_tiny_vlm` into a temp folder, once per process and arguments (for tests)."""
-    key = (seed, tuple(sorted(kwargs.items())))
-    if key not in _VLM_CACHE or not (_VLM_CACHE[key] / "config.json").is_file():
-        tmp = Path(tempfile.mkdtemp(prefix="seedgym-tiny-vlm-"))
-        atexit.register(shutil.rmtree, tmp, ignore_errors=True)
-        _VLM_CACHE[key] = build_tiny_vlm(tmp, seed=seed, **kwargs)
-    return _VLM_CACHE[key]
+    return _cached(build_tiny_vlm, "seedgym-tiny-vlm-", seed, kwargs)
