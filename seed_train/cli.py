@@ -233,23 +233,30 @@ def main_eval(argv: list[str] | None = None) -> int:
     p = OneLineErrorParser(prog="seed-eval", description="evaluate a policy on a split's full panel",
                            epilog="seed-eval compare A.json B.json [...] --out DIR: results side by side; "
                                   "seed-eval aggregate A.json B.json [...] --out DIR: mean ± sd over runs")
-    p.add_argument("--model", required=True, help="local HF model folder (or smollm2-135m); with --endpoint, "
-                                                  "the model name the server knows")
-    p.add_argument("--env", required=True, help="registered env id")
-    p.add_argument("--split", default="unseen")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0],
-                   help="sampling seeds; several imply --sample (greedy decoding would give every seed the same "
-                        "result) and aggregate to mean ± sd. Spread over training runs: seed-eval aggregate")
+    p.add_argument("--config", default=None,
+                   help="a run's config.json (a seed-train run's, or an experiment unit's run/config.json): evaluate "
+                        "as that run and seed-train experiment do (its env, prompt, max steps, tokens, eval limit, "
+                        "decoding: eval_temperature x eval_samples per task, and its training seed for the sampling "
+                        "noise); --model defaults to the run's final/ folder; flags given here override it")
+    p.add_argument("--model", default=None, help="local HF model folder (or smollm2-135m); with --endpoint, "
+                                                 "the model name the server knows")
+    p.add_argument("--env", default=None, help="registered env id")
+    p.add_argument("--split", default=None, help="split (default: unseen)")
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="sampling seeds (default 0; with --config the run's seed); several imply --sample (greedy "
+                        "decoding would give every seed the same result) and aggregate to mean ± sd. Spread over "
+                        "training runs: seed-eval aggregate")
     p.add_argument("--sample", action="store_true", help="sample (temperature 1) instead of greedy decoding")
-    p.add_argument("--limit", type=int, default=0, help="only the first N panel tasks")
-    p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--action-format", default="tags")
+    p.add_argument("--limit", type=int, default=None, help="only N panel tasks, spread over it (default: all)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default 48")
+    p.add_argument("--action-format", default=None, help="default tags")
     p.add_argument("--history", type=int, default=None)
-    p.add_argument("--env-kwargs", type=SeedConfig.json_argument, default={}, help="extra gym.make arguments [JSON]")
+    p.add_argument("--env-kwargs", type=SeedConfig.json_argument, default=None, help="extra gym.make arguments [JSON]")
     p.add_argument("--out", default="runs/eval", help="folder for the JSON and markdown reports")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=0,
-                   help="torch CPU threads; 0 = the CPUs this process may use, less those other processes keep busy")
+    p.add_argument("--device", default=None, help="default cpu")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads; 0 (default) = the CPUs this process may use, less those other processes "
+                        "keep busy")
     g = p.add_argument_group("a model behind an OpenAI-compatible endpoint (docs/endpoints.md)")
     g.add_argument("--endpoint", default=None, help="API root, e.g. http://127.0.0.1:8080/v1 (instead of a local model)")
     g.add_argument("--api-key-env", default=None, help="environment variable holding the key (default OPENAI_API_KEY)")
@@ -257,44 +264,47 @@ def main_eval(argv: list[str] | None = None) -> int:
     g.add_argument("--timeout", type=float, default=60.0, help="seconds per request attempt")
     g.add_argument("--max-retries", type=int, default=2, help="retries with backoff on 429/5xx and timeouts")
     args = p.parse_args(argv)
-    if len(args.seeds) > 1 and not args.sample:
-        args.sample = True
+    try:
+        cfg = eval_config(args)
+    except ValueError as e:
+        return fail("seed-eval", e)
+    args.model_given, args.model, args.seeds = args.model is not None, cfg.model, args.seeds or [cfg.seed]
+    if len(args.seeds) > 1 and cfg.eval_temperature == 0:
+        cfg = dataclasses.replace(cfg, eval_temperature=1.0)
         print("seed-eval: several --seeds: sampling (temperature 1) so that the seeds differ", file=sys.stderr)
+    args.sample = cfg.eval_temperature > 0
     if args.endpoint:
-        return eval_endpoint(args)
+        return eval_endpoint(args, cfg)
     from seed_train.evaluate import evaluate_policy, markdown_table, write_report
     from seed_train.preflight import check_model, check_output_dir
-    from seed_train.trainer import load
+    from seed_train.trainer import eval_decoding, load
     from seed_train.threads import torch_threads
 
     try:
-        cfg = SeedConfig(env_id=args.env, model=args.model, lora=False, eval_split=args.split, device=args.device,
-                         action_format=args.action_format, history=args.history, env_kwargs=args.env_kwargs,
-                         max_new_tokens=args.max_new_tokens, eval_limit=args.limit, threads=args.threads)
         # Everything but the weights is checked first: a bad env, split or --out fails in a second, not after
         # the model has loaded, and leaves no --out folder behind.
-        check_model(args.model, "--model")
-        spec = checked_eval_spec(cfg, args.split, model=args.model)
+        check_model(cfg.model, "--model")
+        spec = checked_eval_spec(cfg, cfg.eval_split, model=cfg.model)
         check_output_dir(args.out, "--out")
         policy = load(cfg)  # a vision-language model folder loads as one (obs_mode image / text+image envs)
     except ValueError as e:  # (SetupError is one)
         return fail("seed-eval", e)
     summaries = []
-    with torch_threads(args.threads) as threads:
+    with torch_threads(cfg.threads) as threads:
         for seed in args.seeds:
             threads.refresh()
-            summary = evaluate_policy(policy.backend, policy.codec, spec,
-                                      max_new_tokens=args.max_new_tokens, limit=args.limit, greedy=not args.sample,
-                                      seed=seed, trajectories_path=Path(args.out) / f"seed{seed}.trajectories.jsonl",
-                                      progress=f"seed {seed}")
+            summary = evaluate_policy(policy.backend, policy.codec, spec, max_new_tokens=cfg.max_new_tokens,
+                                      limit=cfg.eval_limit, seed=seed, env_backend=cfg.env_backend,
+                                      trajectories_path=Path(args.out) / f"seed{seed}.trajectories.jsonl",
+                                      progress=f"seed {seed}", **eval_decoding(cfg))
             write_report(summary, args.out, f"eval_seed{seed}")
-            print(markdown_table(summary, f"{args.env} {args.split} seed {seed}"))
+            print(markdown_table(summary, f"{cfg.env_id} {cfg.eval_split} seed {seed}"))
             summaries.append(summary)
     write_seed_aggregate(summaries, args.out)
     return 0
 
 
-def eval_endpoint(args: argparse.Namespace) -> int:
+def eval_endpoint(args: argparse.Namespace, cfg: SeedConfig) -> int:
     """``seed-eval --endpoint URL --model NAME``: the panel, reports and files of a local evaluation, played by
     a model behind an OpenAI-compatible endpoint (greedy, or temperature 1 with --sample; seeded per --seeds)."""
     from seed_agents.openai_endpoint import OpenAIChatAgent
@@ -302,31 +312,68 @@ def eval_endpoint(args: argparse.Namespace) -> int:
     from seed_train.preflight import check_output_dir
 
     try:
-        cfg = SeedConfig(env_id=args.env, model=args.model, lora=False, eval_split=args.split,
-                         action_format=args.action_format, history=args.history, env_kwargs=args.env_kwargs,
-                         max_new_tokens=args.max_new_tokens, eval_limit=args.limit)
-        spec = checked_eval_spec(cfg, args.split, model=args.model)
+        if args.config and not args.model_given:
+            raise ValueError("--model: name the model the endpoint serves (with --config it defaults to a local folder)")
+        spec = checked_eval_spec(cfg, cfg.eval_split, model=cfg.model)
         check_output_dir(args.out, "--out")
         if args.concurrency < 1:
             raise ValueError(f"--concurrency: expected >= 1, got {args.concurrency}")
         agents = [OpenAIChatAgent(args.endpoint, args.model, api_key_env=args.api_key_env, seed=seed,
-                                  temperature=1.0 if args.sample else 0.0, max_tokens=args.max_new_tokens,
+                                  temperature=1.0 if args.sample else 0.0, max_tokens=cfg.max_new_tokens,
                                   timeout=args.timeout, max_retries=args.max_retries) for seed in args.seeds]
     except (ValueError, ImportError) as e:
         return fail("seed-eval", e)
     summaries = []
     for seed, agent in zip(args.seeds, agents):
-        summary = evaluate_endpoint(agent, spec, limit=args.limit, concurrency=args.concurrency,
+        summary = evaluate_endpoint(agent, spec, limit=cfg.eval_limit, concurrency=args.concurrency,
                                     trajectories_path=Path(args.out) / f"seed{seed}.trajectories.jsonl",
                                     progress=f"seed {seed}")
         write_report(summary, args.out, f"eval_seed{seed}")
-        print(markdown_table(summary, f"{args.env} {args.split} seed {seed} ({args.model} at {args.endpoint})"))
+        print(markdown_table(summary, f"{cfg.env_id} {cfg.eval_split} seed {seed} ({args.model} at {args.endpoint})"))
         if summary["meta"]["errors"]:
             print(f"seed-eval: {summary['meta']['errors']} episodes ended on endpoint errors (counted as failures; "
                   "see meta.error in the trajectories)", file=sys.stderr)
         summaries.append(summary)
     write_seed_aggregate(summaries, args.out)
     return 0
+
+
+# seed-eval's flags that stand for config fields, and their values without --config.
+_EVAL_FLAGS = {"env": ("env_id", None), "split": ("eval_split", "unseen"), "limit": ("eval_limit", 0),
+               "max_new_tokens": ("max_new_tokens", 48), "action_format": ("action_format", "tags"),
+               "history": ("history", None), "env_kwargs": ("env_kwargs", {}), "device": ("device", "cpu"),
+               "threads": ("threads", 0)}
+
+
+def eval_config(args: argparse.Namespace) -> SeedConfig:
+    """The config seed-eval evaluates with: a run's (``--config``), else the flags' defaults; flags override.
+
+    With ``--config`` the model is the run's ``final/`` folder unless ``--model`` names one, and decoding
+    is the run's (``eval_temperature``, ``eval_samples``); without it, greedy unless ``--sample``."""
+    given = {field: getattr(args, flag) for flag, (field, _) in _EVAL_FLAGS.items() if getattr(args, flag) is not None}
+    if args.config:
+        path = Path(args.config)
+        if not path.is_file():
+            raise ValueError(f"--config: file not found: {args.config!r}")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8")) if path.suffix == ".json" else None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"--config: cannot read {args.config!r} as JSON: {e}") from e
+        run = SeedConfig.from_dict(data) if data is not None else SeedConfig.from_yaml(path)
+        model = args.model or str(path.parent / "final")
+        base = {**run.to_dict(), "resume": None, "stage1_from": None, "output_dir": run.output_dir}
+        if args.sample and run.eval_temperature == 0:
+            base["eval_temperature"] = 1.0
+    else:
+        if not args.model:
+            raise ValueError("--model: required (or --config RUN/config.json)")
+        if not args.env:
+            raise ValueError("--env: required (or --config RUN/config.json)")
+        model = args.model
+        base = {field: default for field, default in _EVAL_FLAGS.values() if default is not None}
+        base.update(eval_temperature=1.0 if args.sample else 0.0, eval_samples=1)
+    # An evaluation loads a saved policy folder whole: no LoRA to add, and transformers' generate.
+    return SeedConfig.from_dict({**base, **given, "model": model, "lora": False, "generation_backend": "hf"})
 
 
 def checked_eval_spec(cfg: SeedConfig, split: str, model: str | None = None):

@@ -215,6 +215,10 @@ class SeedConfig:
     stage1_skill_repeats: int = _f(1, "copies of each skill pair per Stage 1 epoch (act pairs: one): more passes over "
                                       "skill writing than over acting, so a light Stage 1 that leaves Stage 2 room to "
                                       "act still teaches the analyzer its JSON skill format")
+    stage1_skill_acting: bool = _f(False, "Stage 1 also trains acting with the demo's skill block in the prompt (OPD's "
+                                          "teacher prompt): the policy learns to read a skill, so the teacher can differ "
+                                          "from the student in the skill's direction (a small model otherwise reacts to "
+                                          "the block's presence, not its content)")
     annotator_model: str | None = _f(None, "local model that writes Stage 1 skills (default: rule-based annotator)")
     stage1_from: str | None = _f(None, "trainable weights of a finished Stage 1 (a run's checkpoints/stage1.safetensors, "
                                        "same model and LoRA settings) to start Stage 2 from instead of running Stage 1; "

@@ -12,6 +12,12 @@ recovery demonstrations. Two kinds of SFT pairs come out:
   see :mod:`seed_envs.hindsight`; or a given annotator model's answer). The prompt is exactly the one
   Stage 2's analyzer pass gives the policy (its codec's ``encode_analyzer``), and the
   target JSON is short enough to fit its ``skill_max_new_tokens`` (48 in the quickstart).
+- skill_act (``skill_acting``, off by default): (step prompt with the trajectory's skill block inserted
+  after the task line, exactly OPD's teacher prompt) -> the expert's action. It teaches the policy to
+  *read* a skill. OPD can only move the student where the teacher (the same model with the skill in its
+  prompt) answers differently; a small model that never saw a skill block in training reacts to the
+  block's presence, not to its content (measured on EZPoints in docs/trainer.md). This goes beyond
+  DESIGN.md's Stage 1, which trains skill writing only.
 """
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ from seed_train.parallel import ReplicatedWeights
 from seed_train.codec import prompt_codec
 from seed_train.rollout import EnvSpec
 from seed_train.scoring import auto_prefix_groups, response_logprobs
-from seed_train.skills import Skill, rule_based_skill
+from seed_train.skills import Skill, rule_based_skill, skill_augmented_prompt
 from wrappers import Trajectory, format_response
 
 
@@ -34,7 +40,7 @@ from wrappers import Trajectory, format_response
 class SFTPair:
     prompt_ids: list[int]
     response_ids: list[int]
-    kind: str  # "act" or "skill"
+    kind: str  # "act", "skill" or "skill_act"
 
 
 def collect_demonstrations(spec: EnvSpec, task_ids: Sequence[str], *, seed: int, noise: float = 0.3,
@@ -66,8 +72,9 @@ def collect_demonstrations(spec: EnvSpec, task_ids: Sequence[str], *, seed: int,
 
 def sft_pairs(trajectories: Sequence[Trajectory], codec, action_format: str,
               annotate: Callable[[Trajectory], Skill | None] = rule_based_skill, *,
-              analyzer_images: int = 0) -> list[SFTPair]:
-    """Act pairs from steps where the expert's action was taken; one skill pair per trajectory.
+              analyzer_images: int = 0, skill_acting: bool = False) -> list[SFTPair]:
+    """Act pairs from steps where the expert's action was taken; one skill pair per trajectory; with
+    ``skill_acting``, each act pair again with the trajectory's skill in its prompt (kind ``skill_act``).
 
     ``codec`` is the policy's prompt codec: with a vision-language policy act prompts carry the step's
     image, and skill prompts are the analyzer prompts the policy will get (``analyzer_images``, see
@@ -77,13 +84,19 @@ def sft_pairs(trajectories: Sequence[Trajectory], codec, action_format: str,
     ids = codec.encode_response
     pairs = []
     for t in trajectories:
-        for step in t.steps:
-            if step.prompt and step.action == step.info.get("expert_action"):
-                pairs.append(SFTPair(codec.encode(step.prompt, images=codec.step_images(step)),
-                                     ids(format_response(step.action, action_format)), "act"))
         skill = annotate(t)
+        expert_steps = [s for s in t.steps if s.prompt and s.action == s.info.get("expert_action")]
+        for step in expert_steps:
+            pairs.append(SFTPair(codec.encode(step.prompt, images=codec.step_images(step)),
+                                 ids(format_response(step.action, action_format)), "act"))
         if skill is not None:
             pairs.append(SFTPair(codec.encode_analyzer(t, analyzer_images), ids(skill.to_json()), "skill"))
+        if skill is not None and skill_acting:
+            for step in expert_steps:
+                if step.prompt_parts:  # the teacher prompt is rebuilt from the parts, as Stage 2 does
+                    teacher_prompt = skill_augmented_prompt(step.prompt_parts, skill.text)
+                    pairs.append(SFTPair(codec.encode(teacher_prompt, images=codec.step_images(step)),
+                                         ids(format_response(step.action, action_format)), "skill_act"))
     return pairs
 
 

@@ -21,7 +21,7 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -338,10 +338,12 @@ def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None],
     say(f"Stage 1: playing {len(tasks)} expert demonstrations on {cfg.env_id} {cfg.train_split} ...")
     demos = collect_demonstrations(spec, tasks, seed=cfg.seed)
     pairs = sft_pairs(demos, policy.codec, cfg.action_format, annotate=stage1_annotator(demos, cfg),
-                      analyzer_images=cfg.analyzer_images)
+                      analyzer_images=cfg.analyzer_images, skill_acting=cfg.stage1_skill_acting)
     pairs = repeat_skill_pairs(pairs, cfg.stage1_skill_repeats)
-    repeats = f" (skill pairs x{cfg.stage1_skill_repeats})" if cfg.stage1_skill_repeats > 1 else ""
-    say(f"Stage 1: {len(pairs)} SFT pairs{repeats}, {cfg.stage1_epochs} epoch(s) of batch {cfg.stage1_batch_size} ...")
+    kinds = Counter(p.kind for p in pairs)
+    repeats = f", skill pairs x{cfg.stage1_skill_repeats}" if cfg.stage1_skill_repeats > 1 else ""
+    say(f"Stage 1: {len(pairs)} SFT pairs ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}{repeats}), "
+        f"{cfg.stage1_epochs} epoch(s) of batch {cfg.stage1_batch_size} ...")
     t0 = time.perf_counter()
     losses = sft_train(policy.model, pairs, lr=cfg.stage1_lr, epochs=cfg.stage1_epochs,
                        batch_size=cfg.stage1_batch_size, seed=cfg.seed, grad_clip=cfg.grad_clip, layout=layout)

@@ -242,3 +242,33 @@ def test_seed_eval_with_several_seeds_samples(tmp_path, tiny_path, capsys):
     assert code == 0 and "sampling" in capsys.readouterr().err
     metas = [json.loads((tmp_path / "ev" / f"eval_seed{s}.json").read_text())["meta"] for s in (0, 1)]
     assert [m["greedy"] for m in metas] == [False, False] and [m["seed"] for m in metas] == [0, 1]
+
+
+def test_seed_eval_config_reproduces_the_runs_own_evaluation(tmp_path, tiny_path):
+    """``seed-eval --config RUN/config.json`` evaluates RUN/final as the run did: same env and prompt settings,
+    sampled decoding (eval_temperature x eval_samples), eval limit and seed, so every episode's outcome equals
+    the run's own ``eval_after`` (a full fine-tuning run: final/ holds exactly the weights it evaluated)."""
+    from seed_train.cli import main_eval
+    from seed_train.evaluate import episode_outcomes
+
+    run = tmp_path / "run"
+    cfg = SeedConfig(env_id="test/Echo-v0", model=tiny_path, lora=False, template="compact", history=0,
+                     action_format="plain", max_new_tokens=4, analyzer_retries=0, stage1_demos=0, opd_coef=0.0,
+                     iterations=1, tasks_per_iteration=2, group_size=2, kl_coef=0.0, eval_before=False,
+                     eval_limit=4, eval_temperature=1.0, eval_samples=2, eval_split="test", seed=3,
+                     output_dir=str(run), checkpoint_every=0)
+    trainer.train(cfg, say=lambda _: None)
+    assert main_eval(["--config", str(run / "config.json"), "--out", str(tmp_path / "ev")]) == 0
+    mine = json.loads((tmp_path / "ev" / "eval_seed3.json").read_text())
+    theirs = json.loads((run / "eval_after.json").read_text())
+    assert mine["meta"]["greedy"] is False and mine["meta"]["seed"] == 3
+    assert (mine["meta"]["tasks"], mine["meta"]["samples_per_task"]) == (4, 2)
+    assert mine["categories"] == theirs["categories"]
+    assert episode_outcomes(list(read_trajectories(tmp_path / "ev" / "seed3.trajectories.jsonl"))) == \
+        episode_outcomes(list(read_trajectories(run / "eval_after.trajectories.jsonl")))
+    # Flags override the run's settings; a missing config is named.
+    assert main_eval(["--config", str(run / "config.json"), "--split", "unseen", "--limit", "2",
+                      "--out", str(tmp_path / "ev2")]) == 0
+    meta = json.loads((tmp_path / "ev2" / "eval_seed3.json").read_text())["meta"]
+    assert meta["split"] == "unseen" and (meta["tasks"], meta["samples_per_task"]) == (2, 2)
+    assert main_eval(["--config", str(tmp_path / "nope.json"), "--out", str(tmp_path / "ev3")]) == 2

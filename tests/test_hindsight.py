@@ -617,4 +617,56 @@ def test_run_stage1_trains_on_the_repeated_skill_pairs(tmp_path):
     kinds = [p.kind for p in plain]
     assert kinds.count("skill") == 3
     assert stats["stage1_pairs"] == kinds.count("act") + 3 * kinds.count("skill")
-    assert any("(skill pairs x3)" in line for line in said)
+    assert any(", skill pairs x3), 1 epoch(s)" in line for line in said)
+
+
+def test_skill_acting_pairs_are_the_teacher_prompt_with_the_expert_action():
+    """``skill_acting`` adds, for each expert step, the pair (OPD's teacher prompt for that step and the
+    trajectory's skill -> the expert action): the same prompt ids Stage 2's samples score the teacher on."""
+    from seed_train.samples import build_samples
+    from seed_train.skills import SKILL_HEADER
+    from seed_train.tiny import cached_tiny_model
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(cached_tiny_model(seed=0))
+    s = spec("seed/EZPoints-v0", action_format="plain", template="compact", history=0, max_steps=5)
+    demos = collect_demonstrations(s, task_panel(s)[:4], seed=3)
+    plain = sft_pairs(demos, tokenizer, "plain")
+    both = sft_pairs(demos, tokenizer, "plain", skill_acting=True)
+    assert "skill_act" not in {p.kind for p in plain}
+    acts = [p for p in both if p.kind == "act"]
+    skill_acts = [p for p in both if p.kind == "skill_act"]
+    assert [p for p in both if p.kind != "skill_act"] == plain  # the other pairs unchanged, in order
+    assert len(skill_acts) == len(acts) > 0
+    # Same responses (the expert's actions), different prompts: the skill block is in the teacher's.
+    assert [p.response_ids for p in skill_acts] == [p.response_ids for p in acts]
+    for act, skill_act in zip(acts, skill_acts):
+        text = tokenizer.decode(skill_act.prompt_ids)
+        assert SKILL_HEADER in text and SKILL_HEADER not in tokenizer.decode(act.prompt_ids)
+    # The teacher prompt Stage 2 scores with (samples.build_samples) for each expert step and its skill.
+    for t in demos:
+        skill = rule_based_skill(t)
+        for step in t.steps:
+            step.prompt_token_ids, step.response_token_ids, step.response_logprobs = [1], [1], [0.0]
+        teacher = [x.teacher_prompt_ids for x, step in zip(build_samples([t], [[0.0] * len(t.steps)], [skill], tokenizer),
+                                                           t.steps) if step.action == step.info.get("expert_action")]
+        mine = [p.prompt_ids for p in skill_acts[:len(teacher)]]
+        assert mine == teacher
+        skill_acts = skill_acts[len(teacher):]
+        assert skill.text in tokenizer.decode(mine[0])
+    assert not skill_acts
+
+
+def test_stage1_skill_acting_is_a_config_field_that_reaches_run_stage1(tmp_path):
+    from seed_train.tiny import cached_tiny_model
+    from seed_train.trainer import load, run_stage1
+
+    assert SeedConfig().stage1_skill_acting is False
+    cfg = SeedConfig(env_id="seed/EZPoints-v0", model=str(cached_tiny_model(seed=0)), lora=False, template="compact",
+                     history=0, action_format="plain", max_steps=5, stage1_demos=3, stage1_epochs=1,
+                     stage1_batch_size=4, stage1_skill_acting=True, output_dir=str(tmp_path / "run"))
+    said: list[str] = []
+    run_stage1(load(cfg), cfg, said.append)
+    (line,) = [x for x in said if "SFT pairs (" in x]
+    counts = dict(re.findall(r"(act|skill|skill_act) (\d+)", line))
+    assert int(counts["skill_act"]) == int(counts["act"]) > 0 and int(counts["skill"]) == 3, line

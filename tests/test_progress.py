@@ -93,7 +93,7 @@ def test_a_run_prints_its_phases_above_the_bars_and_writes_its_report(tmp_path, 
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert "Stage 1: playing 4 expert demonstrations on test/Echo-v0 train ..." in lines
-    assert any(line.startswith("Stage 1: ") and "SFT pairs, 2 epoch(s) of batch 4 ..." in line for line in lines)
+    assert any(line.startswith("Stage 1: ") and "SFT pairs (act " in line and "), 2 epoch(s) of batch 4 ..." in line for line in lines)
     for name in ("before training", "after Stage 1", "after training"):
         assert f"evaluating {name}: test/Echo-v0 unseen, 4 episodes (4 tasks) ..." in lines
     assert any(line.startswith("iteration 1/1: success ") for line in lines)
