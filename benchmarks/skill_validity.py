@@ -1,7 +1,7 @@
 """Skill validity after Stage 1: how often the policy's own skills are valid on fresh rollouts.
 
     OMP_NUM_THREADS=2 nice python benchmarks/skill_validity.py [--env-id seed/EZPoints-v0] [--demos 24]
-        [--epochs 1] [--lr 5e-4] [--skill-repeats 1] [--rollouts 24] [--analyzer-retries 0] [--model smollm2-135m] [--seed 0]
+        [--epochs 1] [--lr 5e-4] [--skill-repeats 1] [--skill-acting] [--rollouts 24] [--analyzer-retries 0] [--model smollm2-135m] [--seed 0]
 
 Runs Stage 1 with the trainer's own pieces (``seed_train.trainer.load`` and ``run_stage1``; defaults:
 the quickstart's settings, ``seed_train.cli.QUICKSTART``), then plays fresh rollouts of train tasks
@@ -35,7 +35,7 @@ ENV_SPECIFIC = ("template", "history", "max_steps")  # QUICKSTART's values are f
 def config(args: argparse.Namespace) -> SeedConfig:
     settings = {**QUICKSTART, "env_id": args.env_id, "model": args.model, "seed": args.seed,
                 "stage1_demos": args.demos, "stage1_epochs": args.epochs, "stage1_lr": args.lr,
-                "stage1_skill_repeats": args.skill_repeats,
+                "stage1_skill_repeats": args.skill_repeats, "stage1_skill_acting": args.skill_acting,
                 "eval_before": False, "eval_after": False, "output_dir": "runs/skill_validity"}
     if args.env_id != QUICKSTART["env_id"]:
         for key in ENV_SPECIFIC:
@@ -55,6 +55,7 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=QUICKSTART["stage1_epochs"], help="Stage 1 epochs")
     p.add_argument("--lr", type=float, default=QUICKSTART["stage1_lr"], help="Stage 1 learning rate")
     p.add_argument("--skill-repeats", type=int, default=1, help="copies of each skill pair per Stage 1 epoch")
+    p.add_argument("--skill-acting", action="store_true", help="Stage 1 also trains acting with the skill in the prompt")
     p.add_argument("--rollouts", type=int, default=24, help="fresh rollouts analysed (groups of the quickstart's size)")
     p.add_argument("--skill-max-new-tokens", type=int, default=0, help="analyzer budget (0: the quickstart's)")
     p.add_argument("--analyzer-retries", type=int, default=None,
