@@ -2,30 +2,17 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import random
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from script_loader import load_script
 
 from seed_train.codec import encode_prompt
 from seed_train.tiny import cached_tiny_model
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_grpo_vs_trl", ROOT / "benchmarks" / "bench_grpo_vs_trl.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
+bench = load_script("benchmarks/bench_grpo_vs_trl.py")
 PROMPTS = tuple(bench.SHORT_PROMPTS[:2])
 
 

@@ -258,13 +258,9 @@ def test_default_rules_are_unchanged():
 
 
 def test_fidelity_benchmark_runs_and_gym_cards_rules_agree(capsys):
-    import importlib.util
-    from pathlib import Path
+    from script_loader import load_script
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_ezpoints_fidelity.py"
-    spec = importlib.util.spec_from_file_location("bench_ezpoints_fidelity", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("benchmarks/bench_ezpoints_fidelity.py")
     assert bench.measure("EZPoints", 60)["gym_cards"] == (1.0, 1.0)
     assert bench.main(["--episodes", "8"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| EZ") or line.startswith("| Po")]

@@ -1,25 +1,17 @@
 """benchmarks/skill_content.py reads what a run's skills say and the teacher's preference at the operator step."""
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
+from script_loader import load_script
 
 from wrappers import Step, Trajectory, TrajectoryWriter
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("skill_content", ROOT / "benchmarks" / "skill_content.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/skill_content.py")
 
 
 def test_operators_named_and_content_kind(bench):
