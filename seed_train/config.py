@@ -215,6 +215,10 @@ class SeedConfig:
     stage1_skill_repeats: int = _f(1, "copies of each skill pair per Stage 1 epoch (act pairs: one): more passes over "
                                       "skill writing than over acting, so a light Stage 1 that leaves Stage 2 room to "
                                       "act still teaches the analyzer its JSON skill format")
+    stage1_balance_categories: bool = _f(False, "draw Stage 1's demo tasks with the task categories equally often "
+                                                "(one reset per train task to read its category) instead of as the "
+                                                "train panel holds them: a rare category (EZPoints' product deals, one train deal in "
+                                                "eight) gets as many demos, and skills, as a common one")
     stage1_skill_acting: bool = _f(False, "Stage 1 also trains acting with the demo's skill block in the prompt (OPD's "
                                           "teacher prompt): the policy learns to read a skill, so the teacher can differ "
                                           "from the student in the skill's direction (a small model otherwise reacts to "

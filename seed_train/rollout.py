@@ -252,3 +252,25 @@ def sample_tasks(panel: Sequence[str], n: int, rng: np.random.Generator) -> list
     replace = n > len(panel)
     picks = rng.choice(len(panel), size=n, replace=replace)
     return [panel[int(i)] for i in picks]
+
+
+def sample_tasks_by_category(panel: Sequence[str], categories: Sequence[str], n: int,
+                             rng: np.random.Generator) -> list[str]:
+    """``n`` tasks with the categories as equal as ``n`` allows (the first ``n % k`` categories in sorted
+    order get one more), distinct within a category while it has tasks left."""
+    by: dict[str, list[str]] = {}
+    for task, category in zip(panel, categories, strict=True):
+        by.setdefault(category, []).append(task)
+    names = sorted(by)
+    counts = [n // len(names) + (i < n % len(names)) for i in range(len(names))]
+    return [task for name, count in zip(names, counts) for task in sample_tasks(by[name], count, rng)]
+
+
+def panel_categories(spec: EnvSpec, panel: Sequence[str]) -> list[str]:
+    """Each panel task's ``info["category"]``, from one reset of each (cheap for generated tasks; an env
+    with slow resets, like ALFWorld's, pays one reset per task)."""
+    env = gym.make(spec.env_id, split=spec.split, **spec.env_kwargs)
+    try:
+        return [str(env.reset(options={"task_id": task})[1]["category"]) for task in panel]
+    finally:
+        env.close()

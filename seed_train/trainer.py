@@ -47,7 +47,8 @@ from seed_train.losses import gate_advantage_covariance, opd_gate, seed_loss
 from seed_train.parallel import ReplicatedWeights, weight_layout_from_env
 from seed_train.policy import (LoraSettings, frozen_copy, load_policy, merge_and_restart_lora,
                                reference_logprobs_context, resolve_model)
-from seed_train.rollout import EnvPool, EnvSpec, RolloutStats, group_jobs, run_episodes, sample_tasks
+from seed_train.rollout import (EnvPool, EnvSpec, RolloutStats, group_jobs, panel_categories, run_episodes, sample_tasks,
+                                sample_tasks_by_category)
 from seed_train.samples import (StepSample, build_samples, record_teacher_logprobs, response_tensors,
                                 step_advantages)
 from seed_train.scoring import auto_prefix_groups, response_logprobs
@@ -334,9 +335,16 @@ def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None],
     refresh_threads()
     spec = env_spec(cfg, cfg.train_split)
     rng = np.random.default_rng([cfg.seed, 1_000_001])
-    tasks = sample_tasks(panel_of(spec), cfg.stage1_demos, rng)
+    panel = panel_of(spec)
+    if cfg.stage1_balance_categories:
+        tasks = sample_tasks_by_category(panel, panel_categories(spec, panel), cfg.stage1_demos, rng)
+    else:
+        tasks = sample_tasks(panel, cfg.stage1_demos, rng)
     say(f"Stage 1: playing {len(tasks)} expert demonstrations on {cfg.env_id} {cfg.train_split} ...")
     demos = collect_demonstrations(spec, tasks, seed=cfg.seed)
+    by_category = Counter(t.category for t in demos)
+    say(f"Stage 1: demos by category{' (balanced)' if cfg.stage1_balance_categories else ''}: "
+        + ", ".join(f"{name} {n}" for name, n in sorted(by_category.items())))
     pairs = sft_pairs(demos, policy.codec, cfg.action_format, annotate=stage1_annotator(demos, cfg),
                       analyzer_images=cfg.analyzer_images, skill_acting=cfg.stage1_skill_acting)
     pairs = repeat_skill_pairs(pairs, cfg.stage1_skill_repeats)

@@ -670,3 +670,37 @@ def test_stage1_skill_acting_is_a_config_field_that_reaches_run_stage1(tmp_path)
     (line,) = [x for x in said if "SFT pairs (" in x]
     counts = dict(re.findall(r"(act|skill|skill_act) (\d+)", line))
     assert int(counts["skill_act"]) == int(counts["act"]) > 0 and int(counts["skill"]) == 3, line
+
+
+def test_sample_tasks_by_category_balances_and_is_seeded():
+    from seed_train.rollout import sample_tasks_by_category
+
+    panel = [f"s{i}" for i in range(20)] + ["p0", "p1", "p2"] + ["m0"]
+    categories = ["sum"] * 20 + ["product"] * 3 + ["mixed"]
+    picks = sample_tasks_by_category(panel, categories, 7, np.random.default_rng(0))
+    kind = dict(zip(panel, categories))
+    # sorted categories mixed, product, sum: 7 = 3 + 2 + 2; 'mixed' has one task, so it repeats
+    assert [kind[t] for t in picks] == ["mixed"] * 3 + ["product"] * 2 + ["sum"] * 2
+    assert len(set(picks[3:5])) == 2 and len(set(picks[5:])) == 2
+    assert picks == sample_tasks_by_category(panel, categories, 7, np.random.default_rng(0))
+    with pytest.raises(ValueError):
+        sample_tasks_by_category(panel, categories[:-1], 7, np.random.default_rng(0))
+
+
+def test_stage1_balance_categories_gives_the_rare_category_half_the_demos(tmp_path):
+    from seed_train.tiny import cached_tiny_model
+    from seed_train.trainer import load, run_stage1
+
+    assert SeedConfig().stage1_balance_categories is False
+    said: dict[bool, list[str]] = {True: [], False: []}
+    for balance in (False, True):
+        cfg = SeedConfig(env_id="seed/EZPoints-v0", model=str(cached_tiny_model(seed=0)), lora=False,
+                         template="compact", history=0, action_format="plain", max_steps=5, stage1_demos=8,
+                         stage1_epochs=1, stage1_batch_size=8, stage1_balance_categories=balance, seed=1,
+                         output_dir=str(tmp_path / f"run{balance}"))
+        run_stage1(load(cfg), cfg, said[balance].append)
+    (line,) = [x for x in said[True] if x.startswith("Stage 1: demos by category (balanced): ")]
+    assert line.endswith("product 4, sum 4")  # EZPoints train: 25 product deals of 188
+    (plain,) = [x for x in said[False] if x.startswith("Stage 1: demos by category: ")]
+    counts = dict(re.findall(r"(product|sum) (\d+)", plain))
+    assert int(counts.get("product", 0)) < 4
