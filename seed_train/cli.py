@@ -268,7 +268,10 @@ def main_eval(argv: list[str] | None = None) -> int:
         cfg = eval_config(args)
     except ValueError as e:
         return fail("seed-eval", e)
-    args.model_given, args.model, args.seeds = args.model is not None, cfg.model, args.seeds or [cfg.seed]
+    if args.endpoint and args.config and args.model is None:
+        return fail("seed-eval", ValueError("--model: name the model the endpoint serves (with --config it defaults "
+                                            "to the run's local final/ folder)"))
+    args.model, args.seeds = cfg.model, args.seeds or [cfg.seed]
     if len(args.seeds) > 1 and cfg.eval_temperature == 0:
         cfg = dataclasses.replace(cfg, eval_temperature=1.0)
         print("seed-eval: several --seeds: sampling (temperature 1) so that the seeds differ", file=sys.stderr)
@@ -312,8 +315,6 @@ def eval_endpoint(args: argparse.Namespace, cfg: SeedConfig) -> int:
     from seed_train.preflight import check_output_dir
 
     try:
-        if args.config and not args.model_given:
-            raise ValueError("--model: name the model the endpoint serves (with --config it defaults to a local folder)")
         spec = checked_eval_spec(cfg, cfg.eval_split, model=cfg.model)
         check_output_dir(args.out, "--out")
         if args.concurrency < 1:
@@ -361,7 +362,7 @@ def eval_config(args: argparse.Namespace) -> SeedConfig:
             raise ValueError(f"--config: cannot read {args.config!r} as JSON: {e}") from e
         run = SeedConfig.from_dict(data) if data is not None else SeedConfig.from_yaml(path)
         model = args.model or str(path.parent / "final")
-        base = {**run.to_dict(), "resume": None, "stage1_from": None, "output_dir": run.output_dir}
+        base = {**run.to_dict(), "resume": None, "stage1_from": None}
         if args.sample and run.eval_temperature == 0:
             base["eval_temperature"] = 1.0
     else:
