@@ -229,6 +229,9 @@ class SeedConfig:
                                        "seed-train experiment shares one Stage 1 per seed among its arms this way")
     # --- Stage 2 (GRPO + gated on-policy skill distillation)
     iterations: int = _f(10, "Stage 2 iterations (collect, analyze, update)")
+    stage2_balance_categories: bool = _f(False, "draw each Stage 2 iteration's tasks with the task categories equally "
+                                                "often, as --stage1-balance-categories does for the demos: a rare "
+                                                "category gets as many groups, skills and OPD tokens as a common one")
     lr: float = _f(1e-6, "Stage 2 learning rate (paper: 1e-6 full fine-tuning; LoRA wants ~1e-5..1e-4)")
     ppo_epochs: int = _f(1, "passes over each iteration's samples")
     minibatch_size: int = _f(16, "samples (env steps) per optimizer step")

@@ -328,6 +328,14 @@ def stage1_annotator(demos: Sequence[Trajectory], cfg: SeedConfig) -> Callable[[
     return lambda t: by_episode.get(t.episode_id) or rule_based_skill(t)
 
 
+def draw_tasks(panel: Sequence[str], categories: Sequence[str] | None, n: int, rng: np.random.Generator) -> list[str]:
+    """``n`` tasks of the panel: the categories equally often when the panel's ``categories`` are given (the
+    ``*_balance_categories`` options), else as the panel holds them."""
+    if categories is None:
+        return sample_tasks(panel, n, rng)
+    return sample_tasks_by_category(panel, categories, n, rng)
+
+
 def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None],
                layout: ReplicatedWeights | None = None) -> dict[str, float]:
     """Demonstrations (collected identically on every rank), SFT pairs, then SFT with ``layout``'s weights
@@ -336,10 +344,8 @@ def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None],
     spec = env_spec(cfg, cfg.train_split)
     rng = np.random.default_rng([cfg.seed, 1_000_001])
     panel = panel_of(spec)
-    if cfg.stage1_balance_categories:
-        tasks = sample_tasks_by_category(panel, panel_categories(spec, panel), cfg.stage1_demos, rng)
-    else:
-        tasks = sample_tasks(panel, cfg.stage1_demos, rng)
+    categories = panel_categories(spec, panel) if cfg.stage1_balance_categories else None
+    tasks = draw_tasks(panel, categories, cfg.stage1_demos, rng)
     say(f"Stage 1: playing {len(tasks)} expert demonstrations on {cfg.env_id} {cfg.train_split} ...")
     demos = collect_demonstrations(spec, tasks, seed=cfg.seed)
     by_category = Counter(t.category for t in demos)
@@ -373,10 +379,12 @@ class IterationBatch:
 
 
 def seed_iteration(it: int, policy: Policy, optimizer, cfg: SeedConfig, pool: EnvPool, panel: Sequence[str],
-                   writer: TrajectoryWriter, skill_source: SkillSource) -> dict[str, float]:
-    """One Stage 2 iteration (steps 1-5 of the module docstring); returns its diagnostics."""
+                   writer: TrajectoryWriter, skill_source: SkillSource,
+                   categories: Sequence[str] | None = None) -> dict[str, float]:
+    """One Stage 2 iteration (steps 1-5 of the module docstring); returns its diagnostics. ``categories``
+    (the panel's, with ``stage2_balance_categories``) draws the tasks with the categories equally often."""
     rng = np.random.default_rng([cfg.seed, it])
-    tasks = sample_tasks(panel, cfg.tasks_per_iteration, rng)
+    tasks = draw_tasks(panel, categories, cfg.tasks_per_iteration, rng)
     jobs = group_jobs(tasks, cfg.group_size, base_seed=int(rng.integers(2**31)), prefix=f"it{it}",
                       meta={"iteration": it})
     # Data parallelism: this rank plays whole groups (advantages need the whole group); one process: all.
@@ -515,6 +523,9 @@ def run(cfg: SeedConfig, say: Callable[[str], None] = say_line) -> dict[str, Any
         say(f"resumed from {cfg.resume} at iteration {start}")
     spec = env_spec(cfg, cfg.train_split)
     pool, panel = EnvPool(spec, cfg.env_backend), panel_of(spec)
+    categories = panel_categories(spec, panel) if cfg.stage2_balance_categories else None
+    if categories is not None and start < cfg.iterations:
+        say(f"Stage 2: tasks drawn with the categories equally often ({', '.join(sorted(set(categories)))})")
     logger = MetricsLogger(out, resume_from_iteration=start if cfg.resume else None) if main else None
     if cfg.resume and main:
         drop_trajectories_from(out / "trajectories.jsonl", start)
@@ -523,7 +534,7 @@ def run(cfg: SeedConfig, say: Callable[[str], None] = say_line) -> dict[str, Any
                        initial=start, total=cfg.iterations):
             t0 = time.perf_counter()
             threads = refresh_threads()
-            metrics = seed_iteration(it, policy, optimizer, cfg, pool, panel, writer, skill_source)
+            metrics = seed_iteration(it, policy, optimizer, cfg, pool, panel, writer, skill_source, categories)
             metrics["torch_threads"] = threads
             metrics["iteration_s"] = time.perf_counter() - t0
             if logger is not None:

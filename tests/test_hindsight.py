@@ -13,6 +13,7 @@ import importlib
 import importlib.metadata
 import json
 import re
+from collections import Counter
 from collections.abc import Sequence
 from types import SimpleNamespace
 
@@ -704,3 +705,23 @@ def test_stage1_balance_categories_gives_the_rare_category_half_the_demos(tmp_pa
     (plain,) = [x for x in said[False] if x.startswith("Stage 1: demos by category: ")]
     counts = dict(re.findall(r"(product|sum) (\d+)", plain))
     assert int(counts.get("product", 0)) < 4
+
+
+def test_stage2_balance_categories_gives_each_category_half_the_groups(tmp_path):
+    from seed_train.tiny import cached_tiny_model
+    from seed_train.trainer import train
+    from wrappers import read_trajectories
+
+    assert SeedConfig().stage2_balance_categories is False
+    cfg = SeedConfig(env_id="seed/EZPoints-v0", model=str(cached_tiny_model(seed=0)), lora=False,
+                     template="compact", history=0, action_format="plain", max_steps=2, max_new_tokens=2,
+                     stage1_demos=0, iterations=2, tasks_per_iteration=4, group_size=2, opd_coef=0.0,
+                     stage2_balance_categories=True, eval_after=False, seed=3, output_dir=str(tmp_path / "run"))
+    said: list[str] = []
+    train(cfg, say=said.append)
+    assert "Stage 2: tasks drawn with the categories equally often (product, sum)" in said
+    trajs = list(read_trajectories(tmp_path / "run" / "trajectories.jsonl"))
+    for it in (0, 1):  # 4 groups of 2 per iteration: 2 product deals (25 of 188 train deals) and 2 sum deals
+        mine = [t for t in trajs if t.meta["iteration"] == it]
+        assert Counter(t.category for t in mine) == {"product": 4, "sum": 4}
+        assert len({t.task_id for t in mine}) == 4
