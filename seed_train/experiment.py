@@ -171,6 +171,16 @@ class Experiment:
             "overrides": {a: ARMS[a] for a in dict.fromkeys([*old["arms"], *self.arms]) if a in ARMS},
         }, indent=1))
 
+    def whole_folder(self) -> Experiment:
+        """This experiment widened to every arm and seed the folder's manifest records: processes that run
+        seeds of one folder side by side (``--seeds 0``, ``--seeds 1``, ...) each end with a report over all of
+        them, the units still running listed as unfinished, so the last one to finish writes the whole report."""
+        path = self.out / "experiment.json"
+        manifest = json.loads(path.read_text()) if path.is_file() else {"arms": [], "seeds": []}
+        arms = tuple(a for a in dict.fromkeys([*manifest["arms"], *self.arms]) if a in ARMS)
+        seeds = tuple(sorted(dict.fromkeys([*manifest["seeds"], *self.seeds])))
+        return dataclasses.replace(self, arms=arms, seeds=seeds)
+
     def units(self) -> list[Unit]:
         """Per seed: the base model's evaluation, Stage 1 (when an arm uses it), then the arms in order."""
         out: list[Unit] = []
@@ -294,10 +304,12 @@ class Experiment:
 
     # ------------------------------------------------------------------------------ report
     def report(self) -> dict[str, Any]:
-        """report.json, report.md and curves_<metric>.png from the finished units; returns report.json's dict."""
-        report = build_report(self)
+        """report.json, report.md and curves_<metric>.png from the finished units of every arm and seed the
+        folder records (:meth:`whole_folder`); returns report.json's dict."""
+        whole = self.whole_folder()
+        report = build_report(whole)
         report["files"] = {"json": str(self.out / "report.json"), "markdown": str(self.out / "report.md"),
-                           "curves": [str(p) for p in plot_curves(self)]}
+                           "curves": [str(p) for p in plot_curves(whole)]}
         (self.out / "report.json").write_text(json.dumps(report, indent=1))
         (self.out / "report.md").write_text(report_markdown(report) + "\n")
         return report

@@ -197,6 +197,11 @@ def test_experiment_two_arms_two_seeds_shared_stage1_paired_and_resumable(tmp_pa
     calls.update(stage1=0, train=0)
     assert main_train(argv) == 0
     assert calls == {"stage1": 0, "train": 0} and capsys.readouterr().out.count("finished earlier, skipped") == 8
+    # One process per seed (the way to use two cores): each one's report covers every seed of the folder.
+    assert main_train([*argv[:argv.index("--seeds") + 1], "1", "--output-dir", str(exp)]) == 0
+    assert "training seeds: 0, 1" in (exp / "report.md").read_text()
+    assert json.loads((exp / "report.json").read_text())["seeds"] == [0, 1]
+    capsys.readouterr()
     # An arm interrupted after its checkpoint resumes from it (no Stage 1 again); the report is rebuilt.
     arm_dir = exp / "seed1" / "seed"
     (arm_dir / "results.json").unlink()
