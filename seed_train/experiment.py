@@ -434,6 +434,7 @@ def report_markdown(report: dict[str, Any]) -> str:
             label = POLICY_LABELS.get(name, f"`{name}` after Stage 2")
             lines.append(f"| {label} | {len(row['per_seed'])} | {row['success_mean']:.3f} ± {row['success_sd']:.3f} "
                          f"| {per_seed} |")
+        lines += category_table(section["policies"])
         for title, tests in (("Arm vs arm", section["paired"]), ("Arm vs its Stage 2 start", section["vs_start"])):
             if not tests:
                 continue
@@ -447,6 +448,24 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines += ["", "## Curves (mean over seeds, band ± sd)", ""]
         lines += [f"![{Path(p).stem}]({Path(p).name})" for p in curves]
     return "\n".join(lines)
+
+
+def category_table(policies: dict[str, Any]) -> list[str]:
+    """Markdown lines: each policy's success per task category (mean ± sd over seeds, then per seed), when
+    the panel has more than one category: a policy that learned one category's answer for all shows there."""
+    names = sorted({c for row in policies.values() for c in row["categories"] if c != "all"})
+    if len(names) < 2:
+        return []
+    lines = ["", "Per category (success mean ± sd over seeds; per seed in seed order):", "",
+             "| policy | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for name, row in policies.items():
+        cells = []
+        for c in names:
+            r = row["categories"].get(c)
+            cells.append("" if r is None else f"{r['success_mean']:.3f} ± {r['success_sd']:.3f} "
+                         f"({' / '.join(f'{v:.2f}' for v in r['success_per_run'])})")
+        lines.append(f"| {POLICY_LABELS.get(name, f'`{name}`')} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:

@@ -277,3 +277,17 @@ def test_seed_eval_config_reproduces_the_runs_own_evaluation(tmp_path, tiny_path
     meta = json.loads((tmp_path / "ev2" / "eval_seed3.json").read_text())["meta"]
     assert meta["split"] == "unseen" and (meta["tasks"], meta["samples_per_task"]) == (2, 2)
     assert main_eval(["--config", str(tmp_path / "nope.json"), "--out", str(tmp_path / "ev3")]) == 2
+
+
+def test_report_lists_success_per_category_when_the_panel_has_several():
+    from seed_train.experiment import category_table
+
+    def row(**cats):
+        return {"categories": {c: {"success_mean": sum(v) / len(v), "success_sd": 0.5, "success_per_run": v}
+                               for c, v in {**cats, "all": [0.5]}.items()}}
+
+    lines = category_table({"after_stage1": row(sum=[1.0, 0.0], product=[0.25, 0.75]), "seed": row(sum=[0.5, 0.5])})
+    assert lines[3:] == ["| policy | product | sum |", "|---|---|---|",
+                         "| after Stage 1 | 0.500 ± 0.500 (0.25 / 0.75) | 0.500 ± 0.500 (1.00 / 0.00) |",
+                         "| `seed` |  | 0.500 ± 0.500 (0.50 / 0.50) |"]
+    assert category_table({"seed": row(sum=[1.0])}) == []  # one category: the main table says it all
