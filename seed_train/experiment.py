@@ -456,14 +456,15 @@ def category_table(policies: dict[str, Any]) -> list[str]:
     names = sorted({c for row in policies.values() for c in row["categories"] if c != "all"})
     if len(names) < 2:
         return []
-    lines = ["", "Per category (success mean ± sd over seeds; per seed in seed order):", "",
+    lines = ["", "Per category (success mean ± sd over seeds; per seed):", "",
              "| policy | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for name, row in policies.items():
+        seeds = [r["seed"] for r in row["per_seed"]]  # the order of the runs aggregate_runs was given
         cells = []
         for c in names:
             r = row["categories"].get(c)
-            cells.append("" if r is None else f"{r['success_mean']:.3f} ± {r['success_sd']:.3f} "
-                         f"({' / '.join(f'{v:.2f}' for v in r['success_per_run'])})")
+            per_seed = " ".join(f"s{s} {v:.2f}" for s, v in zip(seeds, r["success_per_run"])) if r else ""
+            cells.append("" if r is None else f"{r['success_mean']:.3f} ± {r['success_sd']:.3f} ({per_seed})")
         lines.append(f"| {POLICY_LABELS.get(name, f'`{name}`')} | " + " | ".join(cells) + " |")
     return lines
 

@@ -283,11 +283,12 @@ def test_report_lists_success_per_category_when_the_panel_has_several():
     from seed_train.experiment import category_table
 
     def row(**cats):
-        return {"categories": {c: {"success_mean": sum(v) / len(v), "success_sd": 0.5, "success_per_run": v}
+        return {"per_seed": [{"seed": 0}, {"seed": 2}],
+                "categories": {c: {"success_mean": sum(v) / len(v), "success_sd": 0.5, "success_per_run": v}
                                for c, v in {**cats, "all": [0.5]}.items()}}
 
     lines = category_table({"after_stage1": row(sum=[1.0, 0.0], product=[0.25, 0.75]), "seed": row(sum=[0.5, 0.5])})
     assert lines[3:] == ["| policy | product | sum |", "|---|---|---|",
-                         "| after Stage 1 | 0.500 ± 0.500 (0.25 / 0.75) | 0.500 ± 0.500 (1.00 / 0.00) |",
-                         "| `seed` |  | 0.500 ± 0.500 (0.50 / 0.50) |"]
+                         "| after Stage 1 | 0.500 ± 0.500 (s0 0.25 s2 0.75) | 0.500 ± 0.500 (s0 1.00 s2 0.00) |",
+                         "| `seed` |  | 0.500 ± 0.500 (s0 0.50 s2 0.50) |"]
     assert category_table({"seed": row(sum=[1.0])}) == []  # one category: the main table says it all
