@@ -1,6 +1,6 @@
 """An experiment's evaluations per task category: success per seed and paired tests within each category.
 
-    python benchmarks/paired_by_category.py EXPERIMENT_DIR [--splits test unseen] [--pairs A:B ...]
+    python benchmarks/paired_by_category.py EXPERIMENT_DIR [--splits test unseen] [--seeds 0 1 2] [--pairs A:B ...]
 
 ``seed-train experiment``'s report pairs every episode of a split; when the panel's categories are
 unbalanced (EZPoints' test panel: 5 product deals of 24) a policy that learned to tell the categories
@@ -27,14 +27,15 @@ from seed_train.evaluate import episode_outcomes, mcnemar_exact, paired_test
 from wrappers import read_trajectories
 
 
-def eval_files(root: Path, split: str) -> dict[str, dict[int, Path]]:
-    """policy -> training seed -> evaluation trajectories file, for the units that have one."""
+def eval_files(root: Path, split: str, seeds: list[int] | None = None) -> dict[str, dict[int, Path]]:
+    """policy -> training seed -> evaluation trajectories file, for the units that have one (of ``seeds``:
+    default, every seed the folder records)."""
     manifest = json.loads((root / "experiment.json").read_text())
     where = {"before": ("before", "before"), "after_stage1": ("stage1", "after_stage1")}
     where.update({arm: (arm, "after") for arm in manifest["arms"]})
     out: dict[str, dict[int, Path]] = {}
     for policy, (folder, stage) in where.items():
-        for seed in sorted(manifest["seeds"]):
+        for seed in sorted(manifest["seeds"] if seeds is None else seeds):
             path = root / f"seed{seed}" / folder / f"eval_{stage}_{split}.trajectories.jsonl"
             if path.is_file():
                 out.setdefault(policy, {})[seed] = path
@@ -57,8 +58,9 @@ def rate(outcomes: dict, seed: int | None = None) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-def split_tables(root: Path, split: str, pairs: list[tuple[str, str]] | None = None) -> str:
-    files = eval_files(root, split)
+def split_tables(root: Path, split: str, pairs: list[tuple[str, str]] | None = None,
+                 seeds: list[int] | None = None) -> str:
+    files = eval_files(root, split, seeds)
     data = {policy: outcomes_by_category(f) for policy, f in files.items()}
     categories = sorted({c for d in data.values() for c in d})
     seeds = sorted({s for f in files.values() for s in f})
@@ -91,11 +93,12 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("experiment", type=Path, help="a seed-train experiment --output-dir")
     p.add_argument("--splits", nargs="+", default=None, help="default: the experiment's splits")
+    p.add_argument("--seeds", nargs="+", type=int, default=None, help="training seeds (default: all recorded)")
     p.add_argument("--pairs", nargs="+", default=None, metavar="A:B", help="policies to pair (default: see above)")
     args = p.parse_args(argv)
     splits = args.splits or json.loads((args.experiment / "experiment.json").read_text())["splits"]
     pairs = [tuple(x.split(":", 1)) for x in args.pairs] if args.pairs else None
-    print("\n\n".join(split_tables(args.experiment, split, pairs) for split in splits))
+    print("\n\n".join(split_tables(args.experiment, split, pairs, args.seeds) for split in splits))
 
 
 if __name__ == "__main__":
