@@ -523,8 +523,9 @@ def run(cfg: SeedConfig, say: Callable[[str], None] = say_line) -> dict[str, Any
         say(f"resumed from {cfg.resume} at iteration {start}")
     spec = env_spec(cfg, cfg.train_split)
     pool, panel = EnvPool(spec, cfg.env_backend), panel_of(spec)
-    categories = panel_categories(spec, panel) if cfg.stage2_balance_categories else None
-    if categories is not None and start < cfg.iterations:
+    # (one reset per train task: skipped when no iteration is left to draw tasks for)
+    categories = panel_categories(spec, panel) if cfg.stage2_balance_categories and start < cfg.iterations else None
+    if categories is not None:
         say(f"Stage 2: tasks drawn with the categories equally often ({', '.join(sorted(set(categories)))})")
     logger = MetricsLogger(out, resume_from_iteration=start if cfg.resume else None) if main else None
     if cfg.resume and main:
