@@ -23,7 +23,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from seed_train.evaluate import episode_outcomes, mcnemar_exact, paired_test
+from seed_train.evaluate import episode_outcomes, paired_test
 from wrappers import read_trajectories
 
 
@@ -47,9 +47,9 @@ def outcomes_by_category(files: dict[int, Path]) -> dict[str, dict[tuple[int, st
     out: dict[str, dict[tuple[int, str], bool]] = defaultdict(dict)
     for seed, path in files.items():
         trajectories = list(read_trajectories(path))
-        category_of = dict(zip(episode_outcomes(trajectories), (t.category for t in trajectories)))
-        for key, ok in episode_outcomes(trajectories).items():
-            out[category_of[key]][(seed, key)] = ok
+        outcomes = episode_outcomes(trajectories)  # keyed in the trajectories' order
+        for (key, ok), t in zip(outcomes.items(), trajectories, strict=True):
+            out[t.category][(seed, key)] = ok
     return dict(out)
 
 
@@ -84,7 +84,7 @@ def split_tables(root: Path, split: str, pairs: list[tuple[str, str]] | None = N
         cells = []
         for c in categories:
             t = paired_test(data[a].get(c, {}), data[b].get(c, {}))
-            cells.append(f"{t['a_only']} / {t['b_only']}, p = {mcnemar_exact(t['a_only'], t['b_only']):.2g}")
+            cells.append(f"{t['a_only']} / {t['b_only']}, p = {t['p_value']:.2g}")
         lines.append(f"| {a} | {b} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
