@@ -17,18 +17,16 @@ import json
 import statistics
 from pathlib import Path
 
-
-def iteration_values(metrics_file: Path, metric: str) -> list[float]:
-    """The metric of every iteration that logged it (an iteration with no update logs no step metrics)."""
-    rows = (json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip())
-    return [float(row[metric]) for row in rows if row.get(metric) is not None]
+from seed_train.experiment import read_metrics
 
 
 def per_seed_means(root: Path, arm: str, seeds: list[int], metric: str) -> dict[int, float]:
+    """seed -> the metric's mean over the iterations that logged it (one with no update logs no step
+    metrics, and does not count as a zero); seeds without a run are left out."""
     out = {}
     for seed in seeds:
-        path = root / f"seed{seed}" / arm / "run" / "metrics.jsonl"
-        values = iteration_values(path, metric) if path.is_file() else []
+        values = [float(row[metric]) for row in read_metrics(root / f"seed{seed}" / arm / "run")
+                  if row.get(metric) is not None]
         if values:
             out[seed] = statistics.fmean(values)
     return out
