@@ -16,7 +16,8 @@ import gymnasium as gym
 
 from seed_envs.core import INFO_KEYS, Expert, SeedEnv
 
-__all__ = ["ENV_IDS", "HINDSIGHT_RULES", "INFO_KEYS", "SeedEnv", "hindsight_rule_for", "make_expert", "register_envs"]
+__all__ = ["ENV_IDS", "HINDSIGHT_RULES", "INFO_KEYS", "SeedEnv", "hindsight_rule_for", "make_expert", "register_envs",
+           "wrong_rule_for"]
 __version__ = "0.1.0"
 
 #: Registered ids and the factory each one is built by (module:function, imported lazily).
@@ -50,6 +51,19 @@ def hindsight_rule_for(env_id: str | None):
     name = (env_id or "").split(":")[-1]
     module, _, function = HINDSIGHT_RULES.get(name, "seed_envs.hindsight:generic_rule").partition(":")
     return getattr(importlib.import_module(module), function)
+
+
+def wrong_rule_for(env_id: str | None):
+    """The env's wrong-rule rewriter ``(skill_text, category) -> skill_text`` for the content controls
+    (``wrong_rule`` beside ``hindsight_rule`` in its hindsight module: a skill of the same format whose rule
+    is wrong for the category), or None where the env declares none."""
+    import importlib
+
+    name = (env_id or "").split(":")[-1]
+    if name not in HINDSIGHT_RULES:
+        return None
+    module = importlib.import_module(HINDSIGHT_RULES[name].partition(":")[0])
+    return getattr(module, "wrong_rule", None)
 
 
 def register_envs() -> None:

@@ -80,9 +80,10 @@ def _parser_train(sub) -> None:
                                    "finished units and resumes interrupted ones. --output-dir is the experiment folder "
                                    "(default runs/experiment); --seed is replaced by --seeds.")
     SeedConfig.add_arguments(p)
-    p.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), choices=list(ARMS), metavar="ARM",
+    p.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), metavar="ARM",
                    help=f"arms to run, each a named set of config overrides: {', '.join(ARMS)} "
-                        f"(default: {' '.join(DEFAULT_ARMS)}; table in docs/trainer.md)")
+                        f"(default: {' '.join(DEFAULT_ARMS)}; table in docs/trainer.md); ARM@field=value[,...] "
+                        "adds overrides, e.g. sft-grpo@lr=1e-4")
     p.add_argument("--seeds", nargs="+", type=int, default=[0], help="training seeds (default: 0)")
     p.add_argument("--splits", nargs="+", default=list(DEFAULT_SPLITS),
                    help=f"panels evaluated before, after Stage 1 and after Stage 2 (default: {' '.join(DEFAULT_SPLITS)})")

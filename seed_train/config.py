@@ -19,6 +19,9 @@ Controls (each pinned by tests/test_skill_sources.py):
 static skill library          ``--skill-source static --static-skills FILE``
 shuffled skills               ``--skill-source shuffled`` (another episode's skill, same group)
 shuffled across tasks         ``--skill-source shuffled_tasks`` (an episode's skill of another task)
+shuffled across categories    ``--skill-source shuffled_categories`` (an episode's skill of another category)
+wrong rule (own skills)       ``--skill-source wrong_rule`` (the policy's skills rewritten by the env's wrong_rule)
+wrong rule (static library)   ``--skill-source static_wrong --static-skills FILE`` (the library, rewritten so)
 empty skill                   ``--skill-source empty`` (the skill header with no rule)
 frozen analyzer               ``--skill-source frozen`` (θ_0 analyses, on every generation backend)
 no skills                     ``--skill-source none`` (no teacher pass)
@@ -48,7 +51,8 @@ class SetupError(ValueError):
     exits with status 2, as it does for a bad config field.
     """
 
-SKILL_SOURCES = ("on_policy", "shuffled", "shuffled_tasks", "frozen", "static", "empty", "none")
+SKILL_SOURCES = ("on_policy", "shuffled", "shuffled_tasks", "shuffled_categories", "wrong_rule", "frozen", "static",
+                 "static_wrong", "empty", "none")
 OPD_GATES = ("sigmoid", "constant")
 GROUP_STATS = ("steps", "episodes")
 FORMAT_PENALTY_ON = ("step", "episode")
@@ -256,9 +260,12 @@ class SeedConfig:
     grad_clip: float = _f(1.0, "max gradient norm")
     # --- skills
     skill_source: str = _f("on_policy", "where skills come from: on_policy (θ_k analyses), shuffled (another episode's, "
-                                        "same group), shuffled_tasks (an episode's of another task), frozen (θ_0 "
-                                        "analyses), static (--static-skills file), empty (skill header, no rule) or none")
-    static_skills: str | None = _f(None, "JSON file {category: skill} for --skill-source static")
+                                        "same group), shuffled_tasks (an episode's of another task), "
+                                        "shuffled_categories (an episode's of another task category), wrong_rule (θ_k's "
+                                        "skills rewritten by the env's wrong_rule to be wrong for the category), frozen "
+                                        "(θ_0 analyses), static (--static-skills file), static_wrong (that file rewritten "
+                                        "by wrong_rule), empty (skill header, no rule) or none")
+    static_skills: str | None = _f(None, "JSON file {category: skill} for --skill-source static / static_wrong")
     analyzer_retries: int = _f(2, "extra attempts when the analyzer's JSON does not parse")
     skill_min_words: int = _f(5, "a skill shorter than this is invalid (its tokens get no OPD term)")
     skill_max_new_tokens: int = _f(96, "tokens the analyzer may generate")
@@ -344,8 +351,11 @@ class SeedConfig:
         need(self.reward_mode in REWARD_MODES, "reward_mode", f"must be one of {REWARD_MODES}")
         need(self.dual_clip_c == 0 or self.dual_clip_c > 1, "dual_clip_c",
              "must be > 1 (0 disables the dual clip)")
-        need(self.skill_source != "static" or bool(self.static_skills), "static_skills",
-             "is required with --skill-source static")
+        need(self.skill_source not in ("static", "static_wrong") or bool(self.static_skills), "static_skills",
+             f"is required with --skill-source {self.skill_source}")
+        need(self.skill_source != "shuffled_categories" or self.stage2_balance_categories, "skill_source",
+             "shuffled_categories takes each episode's skill from another category: needs --stage2-balance-categories "
+             "(every iteration then holds every category)")
         if self.static_skills:
             need(Path(self.static_skills).is_file(), "static_skills", "file not found")
         if self.resume:

@@ -28,15 +28,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_type_hints
 
 from seed_train.config import SeedConfig
+from seed_train.seed_statistics import COMPARISON_HEADER, READING_NOTE, comparison_row, sample_sd
 
 # name -> (config overrides, what the arm is). Values other engineers' fields need ("shuffled_tasks",
 # "empty", opd_gate) are validated by SeedConfig when the experiment is planned.
@@ -46,6 +46,14 @@ ARM_TABLE: dict[str, tuple[dict[str, Any], str]] = {
     "seed": ({"skill_source": "on_policy"}, "SEED: Stage 1, then GRPO + OPD with the policy's own skills"),
     "seed-shuffled": ({"skill_source": "shuffled"}, "SEED with skills permuted within each group (control)"),
     "seed-shuffled-tasks": ({"skill_source": "shuffled_tasks"}, "SEED with skills permuted across tasks (control)"),
+    "seed-shuffled-categories": ({"skill_source": "shuffled_categories"},
+                                 "SEED with each episode given a skill written for another task category (content "
+                                 "control; needs --stage2-balance-categories)"),
+    "seed-wrong-rule": ({"skill_source": "wrong_rule"},
+                        "SEED with the policy's own skills rewritten to a rule wrong for the category (content control)"),
+    "seed-static-wrong": ({"skill_source": "static_wrong"},
+                          "SEED with the static library rewritten to a rule wrong for the category (content control; "
+                          "needs --static-skills)"),
     "seed-empty": ({"skill_source": "empty"}, "SEED with an empty skill block (control)"),
     "seed-constant-gate": ({"opd_gate": "constant"}, "SEED with the gate fixed at g = 1 (control)"),
     "seed-static": ({"skill_source": "static"}, "SEED with a static skill library (needs --static-skills)"),
@@ -74,12 +82,60 @@ def arms_markdown() -> str:
     return "\n".join(rows)
 
 
+def arm_overrides(arm: str) -> dict[str, Any]:
+    """The config overrides of ``arm``: a named arm of :data:`ARMS`, optionally followed by ``@`` and
+    ``field=value`` pairs joined by commas that add to (or replace) its overrides, e.g. ``sft-grpo@lr=1e-4``:
+    SFT+GRPO at another learning rate, the matched-step-size control. Raises ValueError naming the arm or
+    field."""
+    name, _, extra = arm.partition("@")
+    if name not in ARMS:
+        raise ValueError(f"unknown arm {name!r}; known: {list(ARMS)} (an arm may add field=value pairs after '@')")
+    out = dict(ARMS[name])
+    hints = get_type_hints(SeedConfig)
+    for item in filter(None, extra.split(",")):
+        field, sep, value = item.partition("=")
+        field = field.strip().replace("-", "_")
+        if not sep or field not in hints:
+            raise ValueError(f"arm {arm!r}: {item!r} is not field=value with a config field")
+        if field in MANAGED_FIELDS:
+            raise ValueError(f"arm {arm!r}: config field '{field}' is set by the experiment per unit")
+        out[field] = _field_value(hints[field], value.strip(), f"arm {arm!r}: config field '{field}'")
+    return out
+
+
+def is_arm(arm: str) -> bool:
+    try:
+        arm_overrides(arm)
+    except ValueError:
+        return False
+    return True
+
+
+def _field_value(hint: Any, text: str, where: str) -> Any:
+    """``text`` as a value of a config field of type ``hint`` (bool, int, float, str, or None-able)."""
+    if text.lower() in ("none", "null") and type(None) in get_args(hint):
+        return None
+    kinds = [k for k in (get_args(hint) or (hint,)) if k is not type(None)]
+    try:
+        if bool in kinds:
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(text)
+            return text.lower() in ("true", "1")
+        if int in kinds:
+            return int(text)
+        if float in kinds:
+            return float(text)
+    except ValueError:
+        raise ValueError(f"{where}: {text!r} is not a {kinds[0].__name__}") from None
+    return text
+
+
 def uses_stage1(base: SeedConfig, arm: str) -> bool:
-    return ARMS[arm].get("stage1_demos", base.stage1_demos) > 0
+    return arm_overrides(arm).get("stage1_demos", base.stage1_demos) > 0
 
 
 def uses_opd(base: SeedConfig, arm: str) -> bool:
-    return ARMS[arm].get("opd_coef", base.opd_coef) > 0
+    return arm_overrides(arm).get("opd_coef", base.opd_coef) > 0
 
 
 @dataclass(frozen=True)
@@ -124,17 +180,16 @@ class Experiment:
         arms, seeds, splits = tuple(dict.fromkeys(arms)), tuple(dict.fromkeys(seeds)), tuple(dict.fromkeys(splits))
         if not arms or not seeds or not splits:
             raise ValueError("an experiment needs at least one arm, one seed and one split")
-        unknown = [a for a in arms if a not in ARMS]
-        if unknown:
-            raise ValueError(f"unknown arms {unknown}; known: {list(ARMS)}")
+        for arm in arms:
+            arm_overrides(arm)  # raises ValueError naming an unknown arm or field
         for name in ("resume", "stage1_from"):
             if getattr(base, name):
                 raise ValueError(f"config field '{name}': the experiment manages it per unit (rerun to resume)")
         experiment = cls(base, arms, seeds, Path(out_dir), splits)
         for arm in arms:
-            if "stage1_demos" not in ARMS[arm] and base.stage1_demos == 0:
+            if "stage1_demos" not in arm_overrides(arm) and base.stage1_demos == 0:
                 raise ValueError(f"arm {arm!r} starts from Stage 1: config field 'stage1_demos' must be > 0")
-            if "opd_coef" not in ARMS[arm] and not uses_opd(base, arm):
+            if "opd_coef" not in arm_overrides(arm) and not uses_opd(base, arm):
                 raise ValueError(f"arm {arm!r} uses the OPD term: config field 'opd_coef' must be > 0")
             try:
                 experiment.arm_config(arm, seeds[0])
@@ -168,7 +223,7 @@ class Experiment:
             "config": self.common_config(), "splits": list(self.splits),
             "arms": list(dict.fromkeys([*old["arms"], *self.arms])),
             "seeds": list(dict.fromkeys([*old["seeds"], *self.seeds])),
-            "overrides": {a: ARMS[a] for a in dict.fromkeys([*old["arms"], *self.arms]) if a in ARMS},
+            "overrides": {a: arm_overrides(a) for a in dict.fromkeys([*old["arms"], *self.arms]) if is_arm(a)},
         }, indent=1))
 
     def whole_folder(self) -> Experiment:
@@ -177,7 +232,7 @@ class Experiment:
         them, the units still running listed as unfinished, so the last one to finish writes the whole report."""
         path = self.out / "experiment.json"
         manifest = json.loads(path.read_text()) if path.is_file() else {"arms": [], "seeds": []}
-        arms = tuple(a for a in dict.fromkeys([*manifest["arms"], *self.arms]) if a in ARMS)
+        arms = tuple(a for a in dict.fromkeys([*manifest["arms"], *self.arms]) if is_arm(a))
         seeds = tuple(sorted(dict.fromkeys([*manifest["seeds"], *self.seeds])))
         return dataclasses.replace(self, arms=arms, seeds=seeds)
 
@@ -204,7 +259,7 @@ class Experiment:
     def arm_config(self, arm: str, seed: int, *, stage1_from: str | None = None,
                    resume: str | None = None) -> SeedConfig:
         """The trainer config of (seed, arm): base + the arm's overrides, Stage 2 from the seed's Stage 1."""
-        cfg = self._unit_config(ARMS[arm], seed, self.out / f"seed{seed}" / arm / "run")
+        cfg = self._unit_config(arm_overrides(arm), seed, self.out / f"seed{seed}" / arm / "run")
         return dataclasses.replace(cfg, stage1_from=stage1_from, resume=resume) if (stage1_from or resume) else cfg
 
     def stage1_config(self, seed: int) -> SeedConfig:
@@ -273,7 +328,7 @@ class Experiment:
             result["train"] = json.loads((unit.run_dir / "results.json").read_text())
             model, stage = unit.run_dir / "final", ("after_stage1" if unit.kind == "stage1" else "after")
             if unit.kind == "arm":
-                result["overrides"] = ARMS[unit.arm]
+                result["overrides"] = arm_overrides(unit.arm)
                 result["start"] = "after_stage1" if uses_stage1(self.base, unit.arm) else "before"
         result["evals"] = self.evaluate(model, unit.seed, unit.folder, stage)
         result["seconds"] = time.perf_counter() - t0
@@ -352,6 +407,7 @@ def build_report(experiment: Experiment) -> dict[str, Any]:
     aggregates, and exact McNemar tests on per-task outcomes paired by (seed, task_id): every pair of arms,
     and every arm against its Stage 2 start (after Stage 1; the base model for arms without Stage 1)."""
     from seed_train.evaluate import aggregate_runs, paired_test, wilson_interval
+    from seed_train.seed_statistics import compare_over_seeds, holm
 
     units = experiment.units()
     loaded = {(u.kind, u.seed, u.arm): _load(u) for u in units}
@@ -360,7 +416,7 @@ def build_report(experiment: Experiment) -> dict[str, Any]:
         policies.append(("after_stage1", "stage1", None))
     policies += [(arm, "arm", arm) for arm in experiment.arms]
     report: dict[str, Any] = {"env_id": experiment.base.env_id, "arms": list(experiment.arms),
-                              "seeds": list(experiment.seeds), "overrides": {a: ARMS[a] for a in experiment.arms},
+                              "seeds": list(experiment.seeds), "overrides": {a: arm_overrides(a) for a in experiment.arms},
                               "eval_decoding": {"eval_temperature": experiment.base.eval_temperature,
                                                 "eval_samples": experiment.base.eval_samples},
                               "unfinished": [u.label for u in units if not u.done()], "splits": {}}
@@ -384,25 +440,35 @@ def build_report(experiment: Experiment) -> dict[str, Any]:
                 continue
             success = [r["success"] for r in per_seed]
             rows[name] = {"per_seed": per_seed, "success_mean": sum(success) / len(success),
-                          "success_sd": _sample_sd(success), "categories": aggregate_runs(summaries)}
+                          "success_sd": sample_sd(success), "categories": aggregate_runs(summaries)}
             outcomes[name] = paired
         tested = [a for a in experiment.arms if a in outcomes]
-        pairs = [{"a": a, "b": b, **paired_test(outcomes[a], outcomes[b])}
-                 for i, a in enumerate(tested) for b in tested[i + 1:]]
-        vs_start = []
-        for arm in tested:
-            start = "after_stage1" if uses_stage1(experiment.base, arm) else "before"
-            if start in outcomes:
-                vs_start.append({"a": arm, "b": start, **paired_test(outcomes[arm], outcomes[start])})
-        report["splits"][split] = {"policies": rows, "paired": pairs, "vs_start": vs_start}
+        comparisons = [(a, b) for i, a in enumerate(tested) for b in tested[i + 1:]]
+        comparisons += [(arm, start) for arm in tested
+                        for start in ["after_stage1" if uses_stage1(experiment.base, arm) else "before"]
+                        if start in outcomes]
+        success = {name: {r["seed"]: r["success"] for r in row["per_seed"]} for name, row in rows.items()}
+        seed_level = [compare_over_seeds(success[a], success[b], label_a=a, label_b=b) for a, b in comparisons]
+        diagnostics = [{"a": a, "b": b, **paired_test(outcomes[a], outcomes[b]),
+                        "per_seed": per_seed_mcnemar(outcomes[a], outcomes[b])} for a, b in comparisons]
+        report["splits"][split] = {"policies": rows, "seed_level": seed_level,
+                                   "paired": [d for d in diagnostics if d["b"] in tested],
+                                   "vs_start": [d for d in diagnostics if d["b"] not in tested]}
+    family = [c for section in report["splits"].values() for c in section["seed_level"]]
+    for c, p_holm in zip(family, holm([c["p_sign_flip"] for c in family])):
+        c["p_holm"], c["family"] = p_holm, len(family)
+    report["comparisons"] = len(family)
     return report
 
 
-def _sample_sd(values: Sequence[float]) -> float:
-    if len(values) < 2:
-        return 0.0
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+def per_seed_mcnemar(a: dict[tuple[int, str], bool], b: dict[tuple[int, str], bool]) -> list[dict[str, Any]]:
+    """The exact McNemar test within each training seed (episodes of one seed's two policies paired by task
+    and sample): a diagnostic of where two trained policies differ, not evidence about the methods."""
+    from seed_train.evaluate import paired_test
+
+    seeds = sorted({k[0] for k in a} & {k[0] for k in b})
+    return [{"seed": s, **paired_test({k: v for k, v in a.items() if k[0] == s}, {k: v for k, v in b.items() if k[0] == s})}
+            for s in seeds]
 
 
 POLICY_LABELS = {"before": "before training (base model)", "after_stage1": "after Stage 1"}
@@ -419,10 +485,8 @@ def report_markdown(report: dict[str, Any]) -> str:
     lines = [f"# Experiment: {report['env_id']}", "",
              f"Arms: {', '.join(report['arms'])}; training seeds: {', '.join(map(str, report['seeds']))}. "
              f"Success is the {decoding_phrase(report)} success rate on the split's panel; mean ± sd over training "
-             "seeds; per seed the Wilson 95% interval. Paired tests: exact McNemar on per-episode outcomes paired by "
-             "(seed, task, sample), "
-             "pooled over seeds; 'A only' counts pairs only A solved. p-values are not corrected for the number "
-             "of comparisons."]
+             "seeds; per seed the Wilson 95% interval (of that one trained policy, over episodes).", "",
+             READING_NOTE + f" This report makes {report.get('comparisons', 0)} seed-level comparisons."]
     if report["unfinished"]:
         lines += ["", f"**Unfinished units** (rerun the command to complete them): {', '.join(report['unfinished'])}"]
     for split, section in report["splits"].items():
@@ -435,14 +499,19 @@ def report_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {label} | {len(row['per_seed'])} | {row['success_mean']:.3f} ± {row['success_sd']:.3f} "
                          f"| {per_seed} |")
         lines += category_table(section["policies"])
-        for title, tests in (("Arm vs arm", section["paired"]), ("Arm vs its Stage 2 start", section["vs_start"])):
-            if not tests:
-                continue
-            lines += ["", f"{title} (exact McNemar):", "", "| A | B | pairs | A only | B only | both | neither | p |",
-                      "|---|---|---:|---:|---:|---:|---:|---:|"]
+        if section.get("seed_level"):
+            lines += ["", "Comparisons over training seeds (the evidence):", "", *COMPARISON_HEADER]
+            lines += [comparison_row(c) for c in section["seed_level"]]
+        tests = section["paired"] + section["vs_start"]
+        if tests:
+            lines += ["", "Within-seed diagnostics (exact McNemar on episodes paired by task and sample inside each "
+                      "training seed; episodes are not replicates of a method, so these say where two trained "
+                      "policies differ, not whether the methods do):", "",
+                      "| A | B | per seed: A only / B only (p) | pooled A only / B only |", "|---|---|---|---|"]
             for t in tests:
-                lines.append(f"| {t['a']} | {t['b']} | {t['pairs']} | {t['a_only']} | {t['b_only']} | {t['both']} "
-                             f"| {t['neither']} | {t['p_value']:.4g} |")
+                per_seed = "; ".join(f"s{r['seed']} {r['a_only']} / {r['b_only']} ({r['p_value']:.3g})"
+                                     for r in t.get("per_seed", []))
+                lines.append(f"| {t['a']} | {t['b']} | {per_seed} | {t['a_only']} / {t['b_only']} |")
     curves = report.get("files", {}).get("curves", [])
     if curves:
         lines += ["", "## Curves (mean over seeds, band ± sd)", ""]
@@ -503,7 +572,7 @@ def plot_curves(experiment: Experiment) -> list[Path]:
                 continue
             its = sorted(by_iteration)
             mean = [sum(by_iteration[i]) / len(by_iteration[i]) for i in its]
-            sd = [_sample_sd(by_iteration[i]) for i in its]
+            sd = [sample_sd(by_iteration[i]) for i in its]
             (line,) = ax.plot([i + 1 for i in its], mean, marker="o", label=arm)
             ax.fill_between([i + 1 for i in its], [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)],
                             color=line.get_color(), alpha=0.2)

@@ -9,9 +9,16 @@ None: no valid skill, no OPD term for that episode's tokens) per trajectory, eve
 ``shuffled``        the analyzer's skills, permuted within each GRPO group (nobody keeps its own)
 ``shuffled_tasks``  the analyzer's skills, each episode getting one written for a trajectory of a
                     *different task* (a derangement of the batch's task ids)
+``shuffled_categories``  the analyzer's skills, each episode getting one written for a trajectory of a
+                    *different task category* (needs ``stage2_balance_categories``: every batch holds every
+                    category), so a category-specific rule never reaches a task of its own category
+``wrong_rule``      the analyzer's skills rewritten by the env's ``wrong_rule`` (``seed_envs.wrong_rule_for``):
+                    same format and about the same length, but the rule is wrong for the episode's category
+                    (EZPoints: a product deal's skill told to add, a sum deal's to multiply)
 ``frozen``          θ_0 (the Stage 2 start) analyses, on every generation backend: a backend that holds its
                     own copy of the weights (vLLM) is synced to θ_0 for the analysis and back to θ_k after
 ``static``          a fixed library: ``{category: skill}`` (``"default"`` for the rest)
+``static_wrong``    that library's entry for the category, rewritten by the env's ``wrong_rule``
 ``empty``           an empty skill: the teacher prompt holds the skill block's header
                     (``Episode-Level Skill:``) as its own paragraph after the task line and no rule, so
                     it differs from the student prompt by that header only (the OPD term then measures
@@ -134,7 +141,8 @@ class FrozenAnalyzer:
 
 @dataclass
 class ShuffledSkills:
-    """``shuffled`` (``across="group"``) and ``shuffled_tasks`` (``across="task"``): another episode's skill."""
+    """``shuffled`` (``across="group"``), ``shuffled_tasks`` (``"task"``) and ``shuffled_categories``
+    (``"category"``): another episode's skill."""
 
     analyzer: OnPolicyAnalyzer
     across: str = "group"
@@ -142,13 +150,15 @@ class ShuffledSkills:
 
     @property
     def kind(self) -> str:
-        return "shuffled" if self.across == "group" else "shuffled_tasks"
+        return {"group": "shuffled", "task": "shuffled_tasks", "category": "shuffled_categories"}[self.across]
 
     def skills(self, trajectories: Sequence[Trajectory], policy: Any, seed: int) -> list[Skill | None]:
         own = self.analyzer.skills(trajectories, policy, seed)
         rng = np.random.default_rng(seed)
         if self.across == "group":
             return shuffle_within_groups(own, [t.group_id or t.episode_id for t in trajectories], rng)
+        if self.across == "category":
+            return derange_across_tasks(own, [t.category for t in trajectories], rng, what="task categories")
         return derange_across_tasks(own, [t.task_id for t in trajectories], rng)
 
 
@@ -166,6 +176,24 @@ class StaticLibrary:
 
 
 @dataclass
+class WrongRule:
+    """``wrong_rule`` / ``static_wrong``: the inner source's skills rewritten by the env's ``wrong_rule(text,
+    category)``, so each episode's skill keeps its form but states a rule wrong for its category. An
+    invalid skill (None) stays None: the control changes the content of the skills SEED would use, not
+    how many there are."""
+
+    inner: SkillSource
+    rewrite: Any  # (skill text, category) -> skill text
+    kind: str = "wrong_rule"
+    produces_skills: bool = True
+
+    def skills(self, trajectories: Sequence[Trajectory], policy: Any, seed: int) -> list[Skill | None]:
+        own = self.inner.skills(trajectories, policy, seed)
+        return [None if s is None else Skill(s.summary, self.rewrite(s.text, t.category))
+                for s, t in zip(own, trajectories)]
+
+
+@dataclass
 class EmptySkills:
     """``empty``: a valid skill with no text; its block is the skill header alone (see the module docstring)."""
 
@@ -177,8 +205,9 @@ class EmptySkills:
 
 
 def derange_across_tasks(skills: Sequence[Skill | None], task_ids: Sequence[str],
-                         rng: np.random.Generator) -> list[Skill | None]:
-    """Each entry gets a skill of an entry of a different task.
+                         rng: np.random.Generator, what: str = "tasks") -> list[Skill | None]:
+    """Each entry gets a skill of an entry of a different task (or of whatever key ``task_ids`` holds:
+    ``shuffled_categories`` passes the categories).
 
     The distinct task ids, in a random order, are mapped each to the next (a cyclic derangement: no task
     keeps its own); the k-th episode of a task gets the skill of the k-th (mod size) episode of its
@@ -188,9 +217,9 @@ def derange_across_tasks(skills: Sequence[Skill | None], task_ids: Sequence[str]
         raise ValueError(f"derange_across_tasks: {len(skills)} skills for {len(task_ids)} task ids")
     tasks = list(dict.fromkeys(task_ids))
     if len(tasks) < 2:
-        raise SetupError("config field 'skill_source': shuffled_tasks needs episodes of at least 2 distinct tasks in "
-                         f"a batch (each process's share under data parallelism); got {len(tasks)}: raise "
-                         "tasks_per_iteration")
+        raise SetupError(f"config field 'skill_source': a shuffle across {what} needs episodes of at least 2 distinct "
+                         f"{what} in a batch (each process's share under data parallelism); got {len(tasks)}: raise "
+                         "tasks_per_iteration" + (" and set --stage2-balance-categories" if what != "tasks" else ""))
     members: dict[str, list[int]] = {t: [] for t in tasks}
     for i, t in enumerate(task_ids):
         members[t].append(i)
@@ -222,6 +251,15 @@ def make_skill_source(cfg: SeedConfig, model: torch.nn.Module | None = None) -> 
     if cfg.opd_coef == 0 or cfg.skill_source == "none":
         return NoSkills()
     kind = cfg.skill_source
+    if kind in ("wrong_rule", "static_wrong"):
+        from seed_envs import wrong_rule_for
+
+        rewrite = wrong_rule_for(cfg.env_id)
+        if rewrite is None:
+            raise SetupError(f"config field 'skill_source': {kind} needs the env's wrong_rule (a function beside its "
+                             f"hindsight rule); {cfg.env_id} declares none")
+        inner = StaticLibrary(load_library(cfg.static_skills)) if kind == "static_wrong" else OnPolicyAnalyzer(cfg)
+        return WrongRule(inner, rewrite, kind)
     if kind == "static":
         return StaticLibrary(load_library(cfg.static_skills))
     if kind == "empty":
@@ -240,6 +278,8 @@ def make_skill_source(cfg: SeedConfig, model: torch.nn.Module | None = None) -> 
         return ShuffledSkills(analyzer, "group")
     if kind == "shuffled_tasks":
         return ShuffledSkills(analyzer, "task")
+    if kind == "shuffled_categories":
+        return ShuffledSkills(analyzer, "category")
     if kind == "on_policy":
         return analyzer
     raise ValueError(f"make_skill_source: unknown skill_source {kind!r}")

@@ -101,8 +101,27 @@ def test_arms_table_and_plan_validation(tmp_path, tiny_path):
         Experiment.plan(SeedConfig(**{**base.to_dict(), "opd_coef": 0.0}), ["grpo", "seed"], [0], tmp_path / "x")
     with pytest.raises(ValueError, match="arm 'sft-grpo'.*stage1_demos"):
         Experiment.plan(SeedConfig(**{**base.to_dict(), "stage1_demos": 0}), ["sft-grpo"], [0], tmp_path / "x")
-    # Every arm's overrides are values SeedConfig accepts (seed-static also needs its library file).
-    Experiment.plan(base, [a for a in ARMS if a != "seed-static"], [0], tmp_path / "all")
+    # Every arm's overrides are values SeedConfig accepts (the static arms also need a library file, the
+    # category shuffle balanced Stage 2 draws, the wrong-rule arm an env with a wrong_rule).
+    needs = {"seed-static", "seed-static-wrong", "seed-shuffled-categories"}
+    Experiment.plan(base, [a for a in ARMS if a not in needs], [0], tmp_path / "all")
+    Experiment.plan(SeedConfig(**{**base.to_dict(), "stage2_balance_categories": True}), ["seed-shuffled-categories"],
+                    [0], tmp_path / "cat")
+    with pytest.raises(ValueError, match="arm 'seed-shuffled-categories'.*balance"):
+        Experiment.plan(base, ["seed-shuffled-categories"], [0], tmp_path / "x")
+    # An arm with field values after '@': the matched-step-size control, SFT+GRPO at another learning rate.
+    from seed_train.experiment import arm_overrides
+
+    assert arm_overrides("sft-grpo@lr=1e-4") == {"opd_coef": 0.0, "lr": 1e-4}
+    assert arm_overrides("seed@opd-gate=constant,opd_coef=0.5") == {"skill_source": "on_policy", "opd_gate": "constant",
+                                                                   "opd_coef": 0.5}
+    assert arm_overrides("seed@stage2_balance_categories=true")["stage2_balance_categories"] is True
+    matched = Experiment.plan(base, ["sft-grpo", "sft-grpo@lr=1e-4"], [0], tmp_path / "m")
+    assert matched.arm_config("sft-grpo@lr=1e-4", 0).lr == 1e-4 and matched.arm_config("sft-grpo", 0).lr == base.lr
+    for bad, match in (("nope", "unknown arm"), ("sft-grpo@lr", "field=value"), ("sft-grpo@color=red", "field=value"),
+                       ("sft-grpo@lr=fast", "'lr'.*not a float"), ("sft-grpo@seed=3", "set by the experiment")):
+        with pytest.raises(ValueError, match=match):
+            Experiment.plan(base, [bad], [0], tmp_path / "x")
     plan = Experiment.plan(base, ["grpo", "seed-frozen"], [3, 4], tmp_path / "x")
     assert [(u.kind, u.seed, u.arm) for u in plan.units()] == [
         ("before", 3, None), ("stage1", 3, None), ("arm", 3, "grpo"), ("arm", 3, "seed-frozen"),
@@ -190,7 +209,20 @@ def test_experiment_two_arms_two_seeds_shared_stage1_paired_and_resumable(tmp_pa
         assert [(t["a"], t["b"], t["pairs"]) for t in section["vs_start"]] == [("sft-grpo", "after_stage1", 8),
                                                                               ("seed", "after_stage1", 8)]
     md = (exp / "report.md").read_text()
-    assert "exact McNemar" in md and "after Stage 1" in md and "| sft-grpo | seed | 8 |" in md
+    assert "exact McNemar" in md and "after Stage 1" in md and "Within-seed diagnostics" in md
+    # The evidence: seed-level comparisons, one success rate per seed and policy, paired by seed.
+    for split in ("unseen", "test"):
+        section = report["splits"][split]
+        by_pair = {(c["a"], c["b"]): c for c in section["seed_level"]}
+        assert list(by_pair) == [("sft-grpo", "seed"), ("sft-grpo", "after_stage1"), ("seed", "after_stage1")]
+        c = by_pair[("sft-grpo", "seed")]
+        success = {arm: [json.loads((exp / f"seed{s}" / arm / f"eval_after_{split}.json").read_text())
+                         ["categories"]["all"]["success"] for s in (0, 1)] for arm in ("sft-grpo", "seed")}
+        assert c["seeds"] == [0, 1] and c["diffs"] == pytest.approx([a - b for a, b in zip(*success.values())])
+        assert c["family"] == report["comparisons"] == 6 and c["p_floor"] in (0.5, 1.0)
+        per_seed = {r["seed"]: r for r in section["paired"][0]["per_seed"]}
+        assert sum(r["a_only"] for r in per_seed.values()) == section["paired"][0]["a_only"]
+    assert "| sft-grpo | seed | 2 |" in md and "This report makes 6 seed-level comparisons" in md
     assert (exp / "curves_success.png").stat().st_size > 1000 and (exp / "curves_skill_valid_rate.png").is_file()
 
     # A rerun skips every finished unit: nothing is trained again.

@@ -332,3 +332,83 @@ def test_env_spec_passes_the_reward_mode_unless_env_kwargs_sets_it(tiny_path):
     _, info = env.reset(options={"task_id": "echo/train/0000"})  # word "up"
     assert env.step("up")[1] == 10.0  # SEED's success reward
     env.close()
+
+
+# ---------------------------------------------------------------------------------- content controls
+class FixedSkills:
+    """An inner skill source that returns given skills (what an analyzer would have written)."""
+
+    kind, produces_skills = "fixed", True
+
+    def __init__(self, skills):
+        self._skills = skills
+
+    def skills(self, trajectories, policy, seed):
+        return list(self._skills)
+
+
+def ez_batch(categories) -> list[Trajectory]:
+    return [Trajectory(episode_id=f"e{i}", env_id="seed/EZPoints-v0", task_id=f"t{i}", task="Make 12.", category=c,
+                       split="train", group_id=f"g{i}", steps=[Step(index=0, observation="o", action="1", reward=0.0)]).finish(
+        success=False, score=0.0) for i, c in enumerate(categories)]
+
+
+def test_wrong_rule_rewrites_the_policys_own_skills_against_the_category(tiny_path):
+    from seed_envs.ezpoints.hindsight import FAILURE_RULES, SUCCESS_RULES
+    from seed_train.skill_sources import WrongRule
+
+    source = make_skill_source(cfg_for(tiny_path, env_id="seed/EZPoints-v0", skill_source="wrong_rule"))
+    assert isinstance(source, WrongRule) and isinstance(source.inner, OnPolicyAnalyzer) and source.kind == "wrong_rule"
+    own = [Skill("Won: sum deal.", SUCCESS_RULES["sum"]), Skill("Won: product deal.", SUCCESS_RULES["product"]),
+           Skill("", SUCCESS_RULES["sum"]),  # a product deal whose own skill (wrongly) says add: stays add
+           Skill("", FAILURE_RULES["letter"]),  # names no operator: the other category's workflow instead
+           None]  # an invalid skill stays invalid
+    trajs = ez_batch(["sum", "product", "product", "sum", "sum"])
+    got = WrongRule(FixedSkills(own), source.rewrite).skills(trajs, policy=None, seed=0)
+    assert [s.text if s else None for s in got] == [
+        "If the values multiply to the target, type one value, *, the other, then =.",
+        "If the card values add up to the target, type one value, +, the other, then =.",
+        SUCCESS_RULES["sum"],
+        SUCCESS_RULES["product"],
+        None]
+    assert got[0].summary == "Won: sum deal."  # the summary is kept: only the rule changes
+    # every rewritten skill names the operator that is wrong for its deal
+    for s, t in zip(got[:4], trajs):
+        assert ("*" in s.text) == (t.category == "sum") and ("+" in s.text) == (t.category == "product")
+    # same format, about the same length (words)
+    assert abs(len(got[0].text.split()) - len(SUCCESS_RULES["sum"].split())) <= 1
+    with pytest.raises(SetupError, match="wrong_rule"):  # an env without a wrong_rule: refused at the start
+        make_skill_source(cfg_for(tiny_path, skill_source="wrong_rule"))
+
+
+def test_static_wrong_gives_the_librarys_rule_for_the_other_category(tiny_path, tmp_path):
+    from seed_envs.ezpoints.hindsight import SUCCESS_RULES
+
+    lib = tmp_path / "rules.json"
+    lib.write_text(json.dumps({c: SUCCESS_RULES[c] for c in ("sum", "product")}))
+    right = make_skill_source(cfg_for(tiny_path, env_id="seed/EZPoints-v0", skill_source="static", static_skills=str(lib)))
+    wrong = make_skill_source(cfg_for(tiny_path, env_id="seed/EZPoints-v0", skill_source="static_wrong",
+                                      static_skills=str(lib)))
+    trajs = ez_batch(["sum", "product"])
+    assert [s.text for s in right.skills(trajs, None, 0)] == [SUCCESS_RULES["sum"], SUCCESS_RULES["product"]]
+    texts = [s.text for s in wrong.skills(trajs, None, 0)]
+    assert "*" in texts[0] and "+" not in texts[0] and "+" in texts[1] and "*" not in texts[1]
+    with pytest.raises(ValueError, match="static_skills"):
+        cfg_for(tiny_path, env_id="seed/EZPoints-v0", skill_source="static_wrong")
+
+
+def test_shuffled_categories_always_gives_another_categorys_skill(tiny_path):
+    with pytest.raises(ValueError, match="stage2_balance_categories|stage2-balance-categories"):
+        cfg_for(tiny_path, skill_source="shuffled_categories")
+    analyzer = make_skill_source(cfg_for(tiny_path, skill_source="shuffled_categories", stage2_balance_categories=True))
+    assert isinstance(analyzer, ShuffledSkills) and analyzer.kind == "shuffled_categories"
+    categories = ["sum", "sum", "product", "product", "sum", "product", "sum", "sum"]
+    trajs = ez_batch(categories)
+    own = [Skill("", f"rule of {t.episode_id}") for t in trajs]
+    by_rule = {f"rule of {t.episode_id}": t for t in trajs}
+    source = ShuffledSkills(FixedSkills(own), "category")
+    for seed in range(6):
+        donors = [by_rule[s.text] for s in source.skills(trajs, None, seed)]
+        assert all(d.category != t.category for t, d in zip(trajs, donors))
+    with pytest.raises(SetupError, match="task categories"):
+        ShuffledSkills(FixedSkills(own[:2]), "category").skills(ez_batch(["sum", "sum"]), None, 0)
