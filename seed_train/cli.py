@@ -89,12 +89,49 @@ def _parser_train(sub) -> None:
                    help=f"panels evaluated before, after Stage 1 and after Stage 2 (default: {' '.join(DEFAULT_SPLITS)})")
 
 
+def _parser_records(sub) -> None:
+    p = sub.add_parser("record", help="add an experiment folder's finished units to a committed record (JSONL, "
+                                      "a few hundred KB): per-episode outcomes, skills, metrics, command, versions",
+                       description="Creates RECORD or adds the units it lacks; a unit it already holds must have the "
+                                   "same evaluation outcomes (a reproduction check). docs/results.md lists the "
+                                   "published records.")
+    p.add_argument("experiment_dir", help="a seed-train experiment --output-dir")
+    p.add_argument("record", help="the record file (e.g. docs/results/records/NAME.jsonl)")
+    p = sub.add_parser("report", help="rebuild an experiment's report (report.md, report.json, curves) from its "
+                                      "record alone: no model, no experiment folder")
+    p.add_argument("record", help="a record file written by seed-train record (or an experiment's record.jsonl)")
+    p.add_argument("--out", default=None, help="folder for the report (default: beside the record, NAME-report/)")
+
+
+def main_records(args) -> int:
+    """``seed-train record`` and ``seed-train report``."""
+    from seed_train.records import record_experiment, write_report_from_record
+
+    try:
+        if args.command == "record":
+            counts = record_experiment(args.experiment_dir, args.record)
+            print(f"{args.record}: {counts['added']} unit(s) added, {counts['identical']} already recorded "
+                  f"(same outcomes), {counts['unfinished']} unfinished in the folder")
+            return 0
+        path = Path(args.record)
+        out = Path(args.out) if args.out else path.with_name(path.name.split(".")[0] + "-report")
+        report = write_report_from_record(path, out)
+    except ValueError as e:
+        return fail(f"seed-train {args.command}", e)
+    print(f"report: {report['files']['markdown']}")
+    return 0
+
+
 def main_train(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(prog="seed-train", description="SEED: self-evolving on-policy distillation")
-    _parser_train(parser.add_subparsers(dest="command", required=True))
+    sub = parser.add_subparsers(dest="command", required=True)
+    _parser_train(sub)
+    _parser_records(sub)
     args = parser.parse_args(argv)
     if args.command == "experiment":
-        return main_experiment(args)
+        return main_experiment(args, argv)
+    if args.command in ("record", "report"):
+        return main_records(args)
     from seed_train.trainer import train
 
     try:
@@ -148,7 +185,7 @@ def stages_summary(cfg: SeedConfig, results: dict) -> str:
             f"report: {Path(cfg.output_dir) / 'report.html'}")
 
 
-def main_experiment(args) -> int:
+def main_experiment(args, argv: list[str] | None = None) -> int:
     """``seed-train experiment``: the base config from --config and flags, then every (seed, arm) unit."""
     from seed_train.experiment import Experiment
     from seed_train.preflight import TRAIN_NAMES, check_env, check_run_setup
@@ -159,7 +196,8 @@ def main_experiment(args) -> int:
     try:  # every arm's config is built and validated here, before any work
         base = SeedConfig.from_args(args)
         out = base.output_dir if args.output_dir is not None or base.output_dir != "runs/seed" else "runs/experiment"
-        experiment = Experiment.plan(base, args.arms, args.seeds, out, splits=args.splits)
+        experiment = dataclasses.replace(Experiment.plan(base, args.arms, args.seeds, out, splits=args.splits),
+                                         command=("seed-train", *(sys.argv[1:] if argv is None else argv)))
         check_run_setup(dataclasses.replace(base, output_dir=str(out)))  # before the experiment folder is made
         for split in args.splits:  # each evaluated panel, named as the flag that chose it
             check_env(base.env_id, dict(base.env_kwargs, split=split), {**TRAIN_NAMES, "split": "--splits"})

@@ -171,6 +171,7 @@ class Experiment:
     seeds: tuple[int, ...]
     out: Path
     splits: tuple[str, ...] = DEFAULT_SPLITS
+    command: tuple[str, ...] = ()  # the command line that ran it, kept in the manifest and the record
 
     # ------------------------------------------------------------------------------ planning
     @classmethod
@@ -224,6 +225,7 @@ class Experiment:
             "arms": list(dict.fromkeys([*old["arms"], *self.arms])),
             "seeds": list(dict.fromkeys([*old["seeds"], *self.seeds])),
             "overrides": {a: arm_overrides(a) for a in dict.fromkeys([*old["arms"], *self.arms]) if is_arm(a)},
+            "commands": [*old.get("commands", []), *([list(self.command)] if self.command else [])],
         }, indent=1))
 
     def whole_folder(self) -> Experiment:
@@ -367,6 +369,9 @@ class Experiment:
                            "curves": [str(p) for p in plot_curves(whole)]}
         (self.out / "report.json").write_text(json.dumps(report, indent=1))
         (self.out / "report.md").write_text(report_markdown(report) + "\n")
+        from seed_train.records import add_units, write_record
+
+        write_record(add_units(whole, None)[0], self.out / "record.jsonl")  # what to commit (seed-train record)
         return report
 
 
@@ -403,30 +408,45 @@ def _load(unit: Unit) -> dict[str, Any] | None:
 
 
 def build_report(experiment: Experiment) -> dict[str, Any]:
+    """The report of an experiment folder's finished units (:func:`report_from_results`)."""
+    units = experiment.units()
+    return report_from_results(
+        {(u.kind, u.seed, u.arm): _load(u) for u in units}, env_id=experiment.base.env_id, arms=experiment.arms,
+        seeds=experiment.seeds, splits=experiment.splits,
+        eval_decoding={"eval_temperature": experiment.base.eval_temperature,
+                       "eval_samples": experiment.base.eval_samples},
+        starts={a: "after_stage1" if uses_stage1(experiment.base, a) else "before" for a in experiment.arms},
+        has_stage1=any(u.kind == "stage1" for u in units), unfinished=[u.label for u in units if not u.done()])
+
+
+def report_from_results(results: dict[tuple[str, int, str | None], dict[str, Any] | None], *, env_id: str,
+                        arms: Sequence[str], seeds: Sequence[int], splits: Sequence[str],
+                        eval_decoding: dict[str, Any], starts: dict[str, str], has_stage1: bool,
+                        unfinished: Sequence[str]) -> dict[str, Any]:
     """Per split: each policy's success per seed (Wilson 95% CI), mean ± sd over seeds, per-category
-    aggregates, and exact McNemar tests on per-task outcomes paired by (seed, task_id): every pair of arms,
-    and every arm against its Stage 2 start (after Stage 1; the base model for arms without Stage 1)."""
+    aggregates; the seed-level comparisons (:func:`seed_train.seed_statistics.compare_over_seeds`: every pair
+    of arms, and every arm against its Stage 2 start, ``starts``), Holm-adjusted over the whole report; and,
+    as within-seed diagnostics, exact McNemar tests on episodes paired by (seed, task, sample), per seed and
+    pooled. ``results``: (kind, seed, arm) -> a unit's results (``evals``: per split ``summary`` and ``tasks``),
+    None where unfinished; an experiment folder's (:func:`build_report`) or a record's
+    (:func:`seed_train.records.report_from_record`)."""
     from seed_train.evaluate import aggregate_runs, paired_test, wilson_interval
     from seed_train.seed_statistics import compare_over_seeds, holm
 
-    units = experiment.units()
-    loaded = {(u.kind, u.seed, u.arm): _load(u) for u in units}
     policies = [("before", "before", None)]
-    if any(u.kind == "stage1" for u in units):
+    if has_stage1:
         policies.append(("after_stage1", "stage1", None))
-    policies += [(arm, "arm", arm) for arm in experiment.arms]
-    report: dict[str, Any] = {"env_id": experiment.base.env_id, "arms": list(experiment.arms),
-                              "seeds": list(experiment.seeds), "overrides": {a: arm_overrides(a) for a in experiment.arms},
-                              "eval_decoding": {"eval_temperature": experiment.base.eval_temperature,
-                                                "eval_samples": experiment.base.eval_samples},
-                              "unfinished": [u.label for u in units if not u.done()], "splits": {}}
-    for split in experiment.splits:
+    policies += [(arm, "arm", arm) for arm in arms]
+    report: dict[str, Any] = {"env_id": env_id, "arms": list(arms), "seeds": list(seeds),
+                              "overrides": {a: arm_overrides(a) for a in arms}, "eval_decoding": dict(eval_decoding),
+                              "unfinished": list(unfinished), "splits": {}}
+    for split in splits:
         rows: dict[str, Any] = {}
         outcomes: dict[str, dict[tuple[int, str], bool]] = {}
         for name, kind, arm in policies:
             per_seed, summaries, paired = [], [], {}
-            for seed in experiment.seeds:
-                result = loaded[(kind, seed, arm)]
+            for seed in seeds:
+                result = results.get((kind, seed, arm))
                 if result is None or split not in result["evals"]:
                     continue
                 evaluation = result["evals"][split]
@@ -442,11 +462,9 @@ def build_report(experiment: Experiment) -> dict[str, Any]:
             rows[name] = {"per_seed": per_seed, "success_mean": sum(success) / len(success),
                           "success_sd": sample_sd(success), "categories": aggregate_runs(summaries)}
             outcomes[name] = paired
-        tested = [a for a in experiment.arms if a in outcomes]
+        tested = [a for a in arms if a in outcomes]
         comparisons = [(a, b) for i, a in enumerate(tested) for b in tested[i + 1:]]
-        comparisons += [(arm, start) for arm in tested
-                        for start in ["after_stage1" if uses_stage1(experiment.base, arm) else "before"]
-                        if start in outcomes]
+        comparisons += [(arm, starts[arm]) for arm in tested if starts[arm] in outcomes]
         success = {name: {r["seed"]: r["success"] for r in row["per_seed"]} for name, row in rows.items()}
         seed_level = [compare_over_seeds(success[a], success[b], label_a=a, label_b=b) for a, b in comparisons]
         diagnostics = [{"a": a, "b": b, **paired_test(outcomes[a], outcomes[b]),
@@ -546,10 +564,15 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def plot_curves(experiment: Experiment) -> list[Path]:
-    """``curves_<metric>.png`` for each of :data:`CURVE_KEYS` some finished arm logged: per arm, the mean
-    over seeds at each iteration with a ± sd band. Returns the files written."""
+    """``curves_<metric>.png`` of the experiment's finished arms (:func:`plot_histories`)."""
     histories = {arm: [read_metrics(u.run_dir) for u in experiment.units() if u.arm == arm and u.done()]
                  for arm in experiment.arms}
+    return plot_histories(histories, experiment.base.env_id, experiment.out)
+
+
+def plot_histories(histories: dict[str, list[list[dict[str, Any]]]], env_id: str, out: Path) -> list[Path]:
+    """``curves_<metric>.png`` in ``out`` for each of :data:`CURVE_KEYS` some arm logged: per arm (its seeds'
+    per-iteration metrics), the mean over seeds at each iteration with a ± sd band. Returns the files written."""
     keys = [k for k in CURVE_KEYS if any(k in m for runs in histories.values() for run in runs for m in run)]
     if not keys:
         return []
@@ -579,10 +602,10 @@ def plot_curves(experiment: Experiment) -> list[Path]:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("Stage 2 iteration")
         ax.set_ylabel(key)
-        ax.set_title(f"{experiment.base.env_id}: {key}")
+        ax.set_title(f"{env_id}: {key}")
         ax.legend(fontsize=8)
         fig.tight_layout()
-        path = experiment.out / f"curves_{key}.png"
+        path = out / f"curves_{key}.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(path)

@@ -245,6 +245,54 @@ def test_experiment_two_arms_two_seeds_shared_stage1_paired_and_resumable(tmp_pa
     # A different base config in the same folder is refused before any work.
     assert main_train([*argv, "--lr", "1e-3"]) == 2
     assert "other values of ['lr']" in capsys.readouterr().err
+    check_records(exp, argv, capsys)
+
+
+def check_records(exp, argv, capsys):
+    """The experiment's record: small, complete, and enough to rebuild its report without the folder."""
+    from seed_train.cli import main_train
+    from seed_train.records import read_record, write_record
+
+    own = exp / "record.jsonl"  # written with every report
+    record = read_record(own)
+    assert record.seeds == [0, 1] and record.arms == ["sft-grpo", "seed"] and len(record.units) == 8
+    assert record.sessions[0]["commands"][0][:2] == ["seed-train", "experiment"]
+    assert {"python", "torch", "transformers"} <= set(record.sessions[0]["versions"])
+    assert own.stat().st_size < 100_000
+    unit = record.units[("arm", 1, "seed")]
+    rows = unit["evals"]["test"]
+    assert [r[0] for r in rows] == [t.task_id for t in read_trajectories(exp / "seed1" / "seed" /
+                                                                         "eval_after_test.trajectories.jsonl")]
+    assert [bool(r[2]) for r in rows] == list(_tasks(exp / "seed1" / "seed" / "eval_after_test.trajectories.jsonl").values())
+    assert unit["metrics"] and unit["metrics"][0]["iteration"] == 0 and "skill_valid_rate" in unit["metrics"][0]
+    trained = list(read_trajectories(exp / "seed1" / "seed" / "run" / "trajectories.jsonl"))
+    assert [s[4] for s in unit["skills"]] == [t.meta["skill"] for t in trained]
+    # The report rebuilt from the record alone equals the experiment's own, number for number.
+    out = exp.parent / "from-record"
+    assert main_train(["report", str(own), "--out", str(out)]) == 0
+    rebuilt, original = (json.loads((d / "report.json").read_text()) for d in (out, exp))
+    assert rebuilt["splits"] == original["splits"] and rebuilt["comparisons"] == original["comparisons"]
+    assert (out / "report.md").read_text().split("## unseen")[1] == (exp / "report.md").read_text().split("## unseen")[1]
+    assert (out / "curves_success.png").is_file()
+    # A committed record made when only seed 0 had run; a later day's folder adds seed 1 and reproduces seed 0.
+    committed = exp.parent / "records" / "exp.jsonl"
+    committed.parent.mkdir()
+    lines = own.read_text().splitlines()
+    committed.write_text("\n".join(ln for ln in lines if '"seed":1,' not in ln) + "\n")
+    assert len(read_record(committed).units) == 4
+    capsys.readouterr()
+    assert main_train(["record", str(exp), str(committed)]) == 0
+    assert "4 unit(s) added, 4 already recorded" in capsys.readouterr().out
+    assert read_record(committed).results() == record.results() and len(read_record(committed).sessions) == 2
+    # A recorded unit with other outcomes, or another base config, is refused with one line.
+    tampered = read_record(committed)
+    tampered.units[("stage1", 0, None)]["evals"]["test"][0][2] ^= 1  # one episode's success flipped
+    write_record(tampered, committed)
+    assert main_train(["record", str(exp), str(committed)]) == 2
+    assert "seed 0 Stage 1" in capsys.readouterr().err
+    committed.write_text(own.read_text().replace('"lr":0.003', '"lr":0.001', 1))
+    assert main_train(["record", str(exp), str(committed)]) == 2 and "'lr'" in capsys.readouterr().err
+    assert main_train(["report", str(exp / "missing.jsonl")]) == 2 and "file not found" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------- trainer and seed-eval

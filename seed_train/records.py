@@ -1,0 +1,309 @@
+"""Experiment records: what an experiment measured, small enough to commit, and its report rebuilt from them.
+
+An experiment folder (``seed-train experiment``) holds models, checkpoints and full trajectories: gigabytes
+that stay on the machine that ran it. Its *record* is one JSONL file of a few hundred KB at most that
+keeps what the conclusions rest on:
+
+- a header line: the env, the base config every unit shared, the evaluated splits and decoding;
+- a ``session`` line per time units were added: the date, the command lines, the versions;
+- a ``unit`` line per finished unit (seed x before / Stage 1 / arm): per split, every evaluation episode
+  as ``[key, category, success, score, length, steps, format_errors]`` (``key`` pairs episodes across
+  policies: the task id, ``#sJ`` for sample J); for trained units the per-iteration metrics and every
+  skill the run wrote (``[iteration, task_id, category, success, skill or null]``).
+
+``seed-train record EXP_DIR RECORD`` adds the folder's finished units that the record lacks (so seeds run
+on a later day, on another machine, append to it; a unit already recorded must give the same outcomes,
+which checks that Stage 1 and the evaluations are deterministic per seed); ``seed-train report RECORD``
+rebuilds the experiment's report (report.json, report.md, curves) from the record alone, with the same
+code the experiment uses (:func:`seed_train.experiment.report_from_results`), no model needed.
+Every experiment also writes its own folder's record (``record.jsonl``) with each report.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+RECORD_KIND = "seed-gym experiment record"
+VERSION = 1
+EPISODE_FIELDS = ("key", "category", "success", "score", "length", "steps", "format_errors")
+
+
+def _round(value: Any, digits: int = 5) -> Any:
+    """Floats to ``digits`` significant digits (records stay small and diff cleanly), recursively."""
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}")
+    if isinstance(value, dict):
+        return {k: _round(v, digits) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_round(v, digits) for v in value]
+    return value
+
+
+def episode_rows(trajectories: Sequence[Any]) -> list[list[Any]]:
+    """The record's rows of an evaluation's trajectories (keys as :func:`seed_train.evaluate.episode_outcomes`)."""
+    several = any(t.meta.get("sample", 0) for t in trajectories)
+    return [[f"{t.task_id}#s{t.meta.get('sample', 0)}" if several else t.task_id, t.category, int(bool(t.success)),
+             _round(float(t.score)), int(t.length), len(t.steps), sum(bool(s.format_error) for s in t.steps)]
+            for t in trajectories]
+
+
+def summary_of_rows(rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
+    """What :func:`seed_train.evaluate.summarize` computes from trajectories, from the record's rows."""
+    from seed_train.evaluate import wilson_interval
+
+    groups: dict[str, list[Sequence[Any]]] = defaultdict(list)
+    for row in rows:
+        groups[row[1]].append(row)
+    out = {}
+    for name, rs in [*sorted(groups.items()), ("all", list(rows))]:
+        wins = sum(r[2] for r in rs)
+        steps = sum(r[5] for r in rs)
+        out[name] = {"episodes": len(rs), "successes": wins, "success": wins / len(rs) if rs else 0.0,
+                     "ci95": list(wilson_interval(wins, len(rs))),
+                     "score": sum(r[3] for r in rs) / len(rs) if rs else 0.0,
+                     "length": sum(r[4] for r in rs) / len(rs) if rs else 0.0,
+                     "format_error_rate": sum(r[6] for r in rs) / steps if steps else 0.0}
+    return {"categories": out}
+
+
+@dataclass
+class Record:
+    """A parsed record: header, sessions, and units keyed by (kind, seed, arm)."""
+
+    header: dict[str, Any]
+    sessions: list[dict[str, Any]] = field(default_factory=list)
+    units: dict[tuple[str, int, str | None], dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def arms(self) -> list[str]:
+        return list(dict.fromkeys(k[2] for k in self.units if k[0] == "arm"))
+
+    @property
+    def seeds(self) -> list[int]:
+        return sorted({k[1] for k in self.units})
+
+    def results(self) -> dict[tuple[str, int, str | None], dict[str, Any]]:
+        """Each unit as the experiment's results.json has it (``evals``: per split, summary and outcomes)."""
+        return {key: {"evals": {split: {"summary": summary_of_rows(rows), "tasks": {r[0]: bool(r[2]) for r in rows}}
+                                for split, rows in unit["evals"].items()}}
+                for key, unit in self.units.items()}
+
+    def lines(self) -> list[str]:
+        out = [json.dumps(self.header, separators=(",", ":"))]
+        out += [json.dumps({"session": s}, separators=(",", ":")) for s in self.sessions]
+        out += [json.dumps({"unit": u}, separators=(",", ":"), ensure_ascii=False) for u in self.units.values()]
+        return out
+
+
+def read_record(path: str | Path) -> Record:
+    """Parse a record file; a line that is not JSON names the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"record {path}: file not found")
+    record: Record | None = None
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"record {path}:{number}: not JSON ({e.msg})") from None
+        if record is None:
+            if not isinstance(item, dict) or item.get("record") != RECORD_KIND:
+                raise ValueError(f"record {path}:1: not a {RECORD_KIND} (its first line must be the header)")
+            if item.get("version", 0) > VERSION:
+                raise ValueError(f"record {path}: version {item['version']} is newer than this seed-gym reads ({VERSION})")
+            record = Record(item)
+        elif "session" in item:
+            record.sessions.append(item["session"])
+        elif "unit" in item:
+            u = item["unit"]
+            record.units[(u["kind"], int(u["seed"]), u.get("arm"))] = u
+        else:
+            raise ValueError(f"record {path}:{number}: neither a session nor a unit line")
+    if record is None:
+        raise ValueError(f"record {path}: empty file")
+    return record
+
+
+def write_record(record: Record, path: str | Path) -> None:
+    """Atomically: a record on disk is always a whole one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join(record.lines()) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def versions() -> dict[str, str]:
+    """Versions that can change a result: Python, torch, transformers, peft, and the seed-gym commit."""
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for name in ("torch", "transformers", "peft", "seed-gym"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                                cwd=Path(__file__).resolve().parent)
+        if commit.returncode == 0:
+            out["commit"] = commit.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
+def _skills(run_dir: Path) -> list[list[Any]]:
+    from wrappers import read_trajectories
+
+    path = run_dir / "trajectories.jsonl"
+    if not path.is_file():
+        return []
+    return [[t.meta.get("iteration"), t.task_id, t.category, int(bool(t.success)), t.meta.get("skill")]
+            for t in read_trajectories(path) if "skill" in t.meta]
+
+
+def unit_entry(experiment: Any, unit: Any) -> dict[str, Any]:
+    """The record line of one finished unit of ``experiment`` (a :class:`seed_train.experiment.Experiment`)."""
+    from seed_train.experiment import read_metrics
+    from wrappers import read_trajectories
+
+    result = json.loads(unit.results_path.read_text())
+    stage = {"before": "before", "stage1": "after_stage1"}.get(unit.kind, "after")
+    evals = {}
+    for split in experiment.splits:
+        path = unit.folder / f"eval_{stage}_{split}.trajectories.jsonl"
+        if path.is_file():
+            evals[split] = episode_rows(list(read_trajectories(path)))
+    entry: dict[str, Any] = {"kind": unit.kind, "seed": unit.seed, "arm": unit.arm,
+                             "seconds": round(float(result.get("seconds", 0.0)), 1), "evals": evals}
+    if unit.kind == "arm":
+        entry["overrides"] = result.get("overrides")
+    if unit.kind != "before":
+        metrics = read_metrics(unit.run_dir)
+        entry["metrics"] = _round([{k: v for k, v in m.items() if isinstance(v, (int, float, str)) or v is None}
+                                   for m in metrics])
+        entry["skills"] = _skills(unit.run_dir)
+    return entry
+
+
+def header_of(experiment: Any) -> dict[str, Any]:
+    return {"record": RECORD_KIND, "version": VERSION, "env_id": experiment.base.env_id,
+            "config": experiment.common_config(), "splits": list(experiment.splits),
+            "eval_decoding": {"eval_temperature": experiment.base.eval_temperature,
+                              "eval_samples": experiment.base.eval_samples}}
+
+
+def experiment_from_folder(folder: str | Path) -> Any:
+    """The experiment an experiment folder holds (its manifest: base config, arms, seeds, splits)."""
+    from seed_train.config import SeedConfig
+    from seed_train.experiment import Experiment
+
+    folder = Path(folder)
+    manifest_path = folder / "experiment.json"
+    if not manifest_path.is_file():
+        raise ValueError(f"{folder}: not an experiment folder (no experiment.json)")
+    manifest = json.loads(manifest_path.read_text())
+    config = {**manifest["config"], "output_dir": str(folder)}
+    base = SeedConfig.from_dict({k: v for k, v in config.items() if k not in ("resume", "stage1_from")})
+    return Experiment(base, tuple(manifest["arms"]), tuple(manifest["seeds"]), folder, tuple(manifest["splits"]))
+
+
+def add_units(experiment: Any, record: Record | None, *, commands: Iterable[Sequence[str]] = ()) -> tuple[Record, dict[str, int]]:
+    """``record`` (a new one when None) with the experiment's finished units it lacks. Raises ValueError when
+    the experiment's base config differs from the record's (operational fields aside) or when a unit both
+    hold has other evaluation outcomes. Returns the record and counts (added, identical, unfinished)."""
+    from seed_train.experiment import OPERATIONAL_FIELDS
+
+    header = header_of(experiment)
+    if record is None:
+        record = Record(header)
+    else:
+        before, now = record.header["config"], header["config"]
+        changed = sorted(k for k in set(before) | set(now) if k not in OPERATIONAL_FIELDS and before.get(k) != now.get(k))
+        if changed or record.header["env_id"] != header["env_id"]:
+            raise ValueError(f"the experiment's base config differs from the record's in {changed or ['env_id']}: "
+                             "a record holds one experiment")
+        record.header["splits"] = list(dict.fromkeys([*record.header["splits"], *header["splits"]]))
+    counts = {"added": 0, "identical": 0, "unfinished": 0}
+    for unit in experiment.units():
+        if not unit.done():
+            counts["unfinished"] += 1
+            continue
+        key = (unit.kind, unit.seed, unit.arm)
+        entry = unit_entry(experiment, unit)
+        if key in record.units:
+            old = record.units[key]["evals"]
+            differ = [s for s in entry["evals"] if s in old and
+                      [r[:3] for r in old[s]] != [r[:3] for r in entry["evals"][s]]]
+            if differ:
+                raise ValueError(f"{unit.label}: the recorded evaluation on {differ} has other outcomes than this "
+                                 "folder's: the unit was not reproduced (another config, machine or version?)")
+            counts["identical"] += 1
+            continue
+        record.units[key] = entry
+        counts["added"] += 1
+    if counts["added"]:
+        manifest = json.loads((experiment.out / "experiment.json").read_text())
+        record.sessions.append({"date": datetime.date.today().isoformat(),
+                                "commands": manifest.get("commands", []) or [list(c) for c in commands],
+                                "versions": versions(), "units_added": counts["added"]})
+    return record, counts
+
+
+def record_experiment(folder: str | Path, record_path: str | Path) -> dict[str, int]:
+    """``seed-train record``: add the experiment folder's finished units to the record file (created if absent)."""
+    record_path = Path(record_path)
+    experiment = experiment_from_folder(folder)
+    record, counts = add_units(experiment, read_record(record_path) if record_path.is_file() else None)
+    write_record(record, record_path)
+    return counts
+
+
+def report_from_record(record: Record) -> dict[str, Any]:
+    """The experiment report (:func:`seed_train.experiment.report_from_results`) from a record alone."""
+    from seed_train.experiment import arm_overrides, report_from_results
+
+    config = record.header["config"]
+    arms = record.arms
+    return report_from_results(
+        record.results(), env_id=record.header["env_id"], arms=arms, seeds=record.seeds,
+        splits=record.header["splits"], eval_decoding=record.header["eval_decoding"],
+        starts={a: "after_stage1" if arm_overrides(a).get("stage1_demos", config["stage1_demos"]) > 0 else "before"
+                for a in arms},
+        has_stage1=any(k[0] == "stage1" for k in record.units), unfinished=[])
+
+
+def histories(record: Record) -> dict[str, list[list[dict[str, Any]]]]:
+    """Per arm, each seed's per-iteration metrics (for the curves)."""
+    out: dict[str, list[list[dict[str, Any]]]] = {}
+    for (kind, _, arm), unit in sorted(record.units.items(), key=lambda kv: kv[0][1]):
+        if kind == "arm":
+            out.setdefault(arm, []).append(unit.get("metrics", []))
+    return out
+
+
+def write_report_from_record(record_path: str | Path, out_dir: str | Path) -> dict[str, Any]:
+    """``seed-train report``: report.json, report.md and the curves of a record, in ``out_dir``."""
+    from seed_train.experiment import plot_histories, report_markdown
+
+    record = read_record(record_path)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report = report_from_record(record)
+    report["record"] = str(record_path)
+    report["files"] = {"json": str(out / "report.json"), "markdown": str(out / "report.md"),
+                       "curves": [str(p) for p in plot_histories(histories(record), record.header["env_id"], out)]}
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    (out / "report.md").write_text(report_markdown(report) + "\n")
+    return report
