@@ -246,7 +246,8 @@ class SeedConfig:
     opd_coef: float = _f(0.01, "lambda_opd of the OPD term; 0 gives plain GRPO")
     opd_beta: float = _f(5.0, "beta_opd of the gate sigma(beta * delta)")
     opd_gate: str = _f("sigmoid", "OPD gate: sigmoid (SEED, g = sigma(beta * delta)) or constant (control: g = 1, "
-                                  "plain on-policy distillation towards the skill-conditioned teacher)")
+                                  "content-free self-imitation: the OPD gradient is -g * grad log pi on the student's own sampled "
+                                  "tokens, so with g = 1 the teacher drops out)")
     format_penalty: float = _f(0.1, "reward penalty for an output whose action cannot be parsed")
     format_penalty_on: str = _f("step", "who pays the format penalty: step (the paper's code: only the invalid step's "
                                         "sample score) or episode (the episode return, so every step of the episode)")

@@ -112,7 +112,9 @@ def opd_gate(logprobs: Tensor, teacher_logprobs: Tensor, *, beta: float = 5.0, k
     """The OPD gate, detached, ``[B, T]``.
 
     ``sigmoid`` (SEED): ``g = sigmoid(beta * (l_skill - l_theta))``. ``constant`` (the constant-gate
-    control): ``g = 1``, i.e. plain on-policy distillation towards the skill-conditioned teacher.
+    control): ``g = 1``. The OPD loss's gradient is ``-g * grad(l_theta)`` on the student's own sampled tokens
+    (``l_skill`` is detached), so with ``g = 1`` the teacher drops out: content-free self-imitation, not
+    distillation towards the teacher; the teacher reaches the update only through a gate that varies.
     """
     if kind == "sigmoid":
         return torch.sigmoid(beta * (teacher_logprobs - logprobs)).detach()

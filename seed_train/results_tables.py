@@ -1,0 +1,173 @@
+"""The published results tables, generated from data kept in the repository.
+
+    python -m seed_train.results_tables          # rewrite the generated blocks of docs/results.md and README.md
+    python -m seed_train.results_tables --check  # exit 1 if either differs from what the data give (a test runs it)
+
+Two sources, both under ``docs/results/``:
+
+- ``records/*.jsonl``: experiment records (:mod:`seed_train.records`): per-episode outcomes, skills,
+  metrics and commands; every table is rebuilt from them with the experiment's own report code;
+- ``transcribed.json``: per-seed success rates of experiments run before records were kept, transcribed
+  from docs/trainer.md's tables (their folders are gone: no per-episode data); restated at seed level.
+
+Each comparison is one row of :data:`seed_train.seed_statistics.COMPARISON_HEADER`; p-values are Holm-
+adjusted within each experiment (the family its conclusions are drawn from).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from seed_train.seed_statistics import (COMPARISON_HEADER, READING_NOTE, comparison_row, compare_over_seeds,
+                                        sample_sd, with_holm)
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+LABELS = {"after_stage1": "after Stage 1", "before": "before training"}
+MARK = "<!-- {name}:{end} (generated: python -m seed_train.results_tables) -->"
+
+
+def _label(name: str) -> str:
+    return LABELS.get(name, name)
+
+
+def transcribed_experiments(path: Path = RESULTS / "transcribed.json") -> list[dict[str, Any]]:
+    """Each transcribed experiment with its seed-level comparisons per split (Holm over the experiment)."""
+    data = json.loads(path.read_text())
+    out = []
+    for e in data["experiments"]:
+        comparisons = []
+        for split, policies in e["splits"].items():
+            for a, b in e["comparisons"]:
+                if a in policies and b in policies:
+                    c = compare_over_seeds(dict(zip(e["seeds"], policies[a])), dict(zip(e["seeds"], policies[b])),
+                                           label_a=_label(a), label_b=_label(b))
+                    comparisons.append({**c, "split": split})
+        out.append({**e, "seed_level": with_holm(comparisons)})
+    return out
+
+
+def recorded_experiments(folder: Path = RESULTS / "records") -> list[dict[str, Any]]:
+    """Each committed record with its report (comparisons Holm-adjusted over the record's report)."""
+    from seed_train.records import read_record, report_from_record
+
+    out = []
+    for path in sorted(folder.glob("*.jsonl")):
+        record = read_record(path)
+        report = report_from_record(record)
+        comparisons = [{**c, "split": split, "a": _label(c["a"]), "b": _label(c["b"])}
+                       for split, section in report["splits"].items() for c in section["seed_level"]]
+        out.append({"name": path.stem, "path": path.relative_to(ROOT).as_posix(), "record": record, "report": report,
+                    "seed_level": comparisons})
+    return out
+
+
+def comparison_table(comparisons: list[dict[str, Any]]) -> list[str]:
+    lines = ["| split " + COMPARISON_HEADER[0], "|---" + COMPARISON_HEADER[1]]
+    return lines + [f"| {c['split']} " + comparison_row(c) for c in comparisons]
+
+
+def success_table(splits: dict[str, dict[str, list[float]]], seeds: list[int]) -> list[str]:
+    """Per split and policy: per-seed success and mean ± sd over seeds."""
+    lines = ["| split | policy | per seed (" + " / ".join(f"s{s}" for s in seeds) + ") | mean ± sd |",
+             "|---|---|---|---:|"]
+    for split, policies in splits.items():
+        for name, values in policies.items():
+            lines.append(f"| {split} | {_label(name)} | {' / '.join(f'{v:.3f}' for v in values)} "
+                         f"| {sum(values) / len(values):.3f} ± {sample_sd(values):.3f} |")
+    return lines
+
+
+def record_success(report: dict[str, Any]) -> tuple[dict[str, dict[str, list[float]]], list[int]]:
+    seeds = report["seeds"]
+    splits = {split: {name: [r["success"] for r in row["per_seed"]] for name, row in section["policies"].items()
+                      if len(row["per_seed"]) == len(seeds)}
+              for split, section in report["splits"].items()}
+    return splits, seeds
+
+
+def results_block() -> str:
+    """docs/results.md's generated part: every recorded experiment, then every transcribed one."""
+    lines = [READING_NOTE, ""]
+    for e in recorded_experiments():
+        record, report = e["record"], e["report"]
+        splits, seeds = record_success(report)
+        commands = [" ".join(c) for s in record.sessions for c in s.get("commands", [])]
+        lines += [f"### {e['name']} (record: `{e['path']}`)", "",
+                  f"{record.header['env_id']}; arms {', '.join(report['arms'])}; training seeds "
+                  f"{', '.join(map(str, seeds))}; evaluation {_decoding(report)}. Rebuild: `seed-train report "
+                  f"{e['path']}`.", ""]
+        lines += [f"Command: `{c}`" for c in dict.fromkeys(commands)] + [""]
+        lines += success_table(splits, seeds) + [""] + comparison_table(e["seed_level"]) + [""]
+    for e in transcribed_experiments():
+        lines += [f"### {e['label']} (transcribed, no record)", "",
+                  f"Seeds {', '.join(map(str, e['seeds']))}; commands and narrative: [{e['section']}]"
+                  f"({_link(e['section'])})." + (f" {e['precision']}." if e.get("precision") else ""), ""]
+        lines += success_table(e["splits"], e["seeds"]) + [""] + comparison_table(e["seed_level"]) + [""]
+    return "\n".join(lines).rstrip()
+
+
+def _decoding(report: dict[str, Any]) -> str:
+    from seed_train.experiment import decoding_phrase
+
+    return decoding_phrase(report)
+
+
+def _link(section: str) -> str:
+    """docs/trainer.md#x as a link from docs/results.md."""
+    return section.replace("docs/", "", 1)
+
+
+def readme_block() -> str:
+    """README's compact table: per experiment, SEED against SFT+GRPO and against its content controls, at
+    seed level (mean difference over seeds with its interval, and the exact test's p with its floor)."""
+    rows = ["| experiment | seeds | split | comparison | mean difference [95% CI] | sign-flip p (floor) | detectable |",
+            "|---|---:|---|---|---|---|---:|"]
+    wanted = {("seed", "sft-grpo"), ("sft-grpo", "after Stage 1"), ("seed", "seed-shuffled-tasks"),
+              ("seed", "seed-empty"), ("seed", "seed-wrong-rule"), ("seed", "seed-shuffled-categories"),
+              ("seed-static", "seed-static-wrong"), ("seed-static", "seed-empty"), ("seed-static", "sft-grpo")}
+    sources = [(e["name"] + " (record)", e["seed_level"]) for e in recorded_experiments()]
+    sources += [(e["name"], e["seed_level"]) for e in transcribed_experiments()]
+    for name, comparisons in sources:
+        for c in comparisons:
+            if (c["a"], c["b"]) not in wanted:
+                continue
+            lo, hi = c["ci95"]
+            rows.append(f"| {name} | {c['n']} | {c['split']} | {c['a']} − {c['b']} | {c['mean_diff']:+.3f} "
+                        f"[{lo:+.3f}, {hi:+.3f}] | {c['p_sign_flip']:.3g} ({c['p_floor']:.3g}) | {c['detectable']:.3f} |")
+    return "\n".join(rows)
+
+
+def replace_block(text: str, name: str, body: str, where: str) -> str:
+    begin, end = MARK.format(name=name, end="begin"), MARK.format(name=name, end="end")
+    if begin not in text or end not in text:
+        raise ValueError(f"{where}: the markers {begin} ... {end} are missing")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help="exit 1 if a generated block differs from the data")
+    args = p.parse_args(argv)
+    stale = []
+    for path, name, body in ((ROOT / "docs" / "results.md", "results", results_block()),
+                             (ROOT / "README.md", "results", readme_block())):
+        text = path.read_text(encoding="utf-8")
+        new = replace_block(text, name, body, str(path))
+        if new != text:
+            stale.append(str(path.relative_to(ROOT)))
+            if not args.check:
+                path.write_text(new, encoding="utf-8")
+    if args.check and stale:
+        print(f"stale generated results in {', '.join(stale)}: run python -m seed_train.results_tables", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
