@@ -27,6 +27,7 @@ ENV_IDS: dict[str, str] = {
     "seed/ALFWorld-v0": "seed_envs.alfworld.env:make",
     "seed/SearchQA-v0": "seed_envs.searchqa.env:make",
     "seed/WebShop-v0": "seed_envs.webshop.env:make",
+    "seed/CodeLock-v0": "seed_envs.codelock.env:make",  # the trainer's positive control, not a paper benchmark
 }
 
 #: Each env's hindsight rules (module:function, imported lazily): what its agent should learn from a
@@ -37,6 +38,7 @@ HINDSIGHT_RULES: dict[str, str] = {
     "seed/ALFWorld-v0": "seed_envs.alfworld.hindsight:hindsight_rule",
     "seed/SearchQA-v0": "seed_envs.searchqa.hindsight:hindsight_rule",
     "seed/WebShop-v0": "seed_envs.webshop.hindsight:hindsight_rule",
+    "seed/CodeLock-v0": "seed_envs.codelock.hindsight:hindsight_rule",
 }
 
 

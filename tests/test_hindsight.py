@@ -39,6 +39,7 @@ ENV_MODULES = {
     "seed/ALFWorld-v0": "seed_envs.alfworld.hindsight",
     "seed/SearchQA-v0": "seed_envs.searchqa.hindsight",
     "seed/WebShop-v0": "seed_envs.webshop.hindsight",
+    "seed/CodeLock-v0": "seed_envs.codelock.hindsight",
 }
 MIN_WORDS = SeedConfig().skill_min_words
 #: Tokens a skill's JSON may take: the quickstart's analyzer budget, less room for the sampled
