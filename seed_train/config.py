@@ -179,6 +179,9 @@ class SeedConfig:
     env_id: str = _f("seed/Sokoban-v0", "registered env id, e.g. seed/EZPoints-v0")
     env_kwargs: dict = _f({}, "extra gym.make arguments (JSON on the CLI)")
     train_split: str = _f("train", "split the policy is trained on")
+    stage1_split: str | None = _f(None, "split Stage 1's demonstrations are drawn from (default: train_split); e.g. "
+                                        "CodeLock's warmup families, so Stage 1 teaches the format and reading a "
+                                        "skill without teaching Stage 2's tasks")
     eval_split: str = _f("unseen", "split evaluated before and after training")
     max_steps: int | None = _f(None, "episode length; default: the env's agent budget (Sokoban 15, EZPoints 8, ...)")
     history: int | None = _f(None, "past (observation, action) pairs in the prompt; default: the env's own")

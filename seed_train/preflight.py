@@ -35,9 +35,9 @@ def check_run_setup(cfg: SeedConfig) -> None:
     check_model(cfg.model, TRAIN_NAMES["model"])
     check_template(cfg.template, TRAIN_NAMES["template"])
     checked: set[str] = set()
-    for field_name in ("train_split", "eval_split"):
+    for field_name in ("train_split", "stage1_split", "eval_split"):
         split = getattr(cfg, field_name)
-        if split in checked:
+        if split is None or split in checked:
             continue
         checked.add(split)
         spec = env_spec(cfg, split)

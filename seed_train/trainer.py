@@ -341,12 +341,13 @@ def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None],
     """Demonstrations (collected identically on every rank), SFT pairs, then SFT with ``layout``'s weights
     (each rank trains on its share of every batch; one process: all of it)."""
     refresh_threads()
-    spec = env_spec(cfg, cfg.train_split)
+    split = cfg.stage1_split or cfg.train_split
+    spec = env_spec(cfg, split)
     rng = np.random.default_rng([cfg.seed, 1_000_001])
     panel = panel_of(spec)
     categories = panel_categories(spec, panel) if cfg.stage1_balance_categories else None
     tasks = draw_tasks(panel, categories, cfg.stage1_demos, rng)
-    say(f"Stage 1: playing {len(tasks)} expert demonstrations on {cfg.env_id} {cfg.train_split} ...")
+    say(f"Stage 1: playing {len(tasks)} expert demonstrations on {cfg.env_id} {split} ...")
     demos = collect_demonstrations(spec, tasks, seed=cfg.seed)
     by_category = Counter(t.category for t in demos)
     say(f"Stage 1: demos by category{' (balanced)' if cfg.stage1_balance_categories else ''}: "

@@ -17,9 +17,9 @@ def test_codes_are_a_hash_of_the_family_name():
     for family in ("amber", "cedar", "sable"):
         digest = hashlib.sha256(f"codelock/{family}".encode()).digest()
         assert family_code(family) == tuple("ABCDEF"[b % 6] for b in digest[:3])
-    assert len(set(FAMILIES)) == 48
-    trained, unseen = set(PANELS["train"][0]), set(PANELS["unseen"][0])
-    assert trained == set(PANELS["test"][0]) and not trained & unseen
+    assert len(set(FAMILIES)) == 64
+    trained, unseen, warmup = set(PANELS["train"][0]), set(PANELS["unseen"][0]), set(PANELS["warmup"][0])
+    assert trained == set(PANELS["test"][0]) and not trained & unseen and not warmup & (trained | unseen)
     assert not set(PANELS["train"][1]) & set(PANELS["test"][1])  # test: other places of the same families
 
 
@@ -51,7 +51,7 @@ def test_a_right_code_opens_a_wrong_one_reveals_the_family_code():
 
 
 def test_expert_opens_every_lock_of_every_panel():
-    for split in ("train", "test", "unseen"):
+    for split in ("train", "test", "unseen", "warmup"):
         env = gym.make("seed/CodeLock-v0", split=split)
         expert = seed_envs.make_expert(env)
         for task in env.unwrapped.task_ids()[:: 7]:
@@ -91,3 +91,29 @@ def test_static_library_and_wrong_rule():
         assert wrong_rule("Enter one letter per step and stop.", family).endswith(
             f"opens with {' '.join(wrong)}; enter those letters in order, one per step.")
     assert seed_envs.wrong_rule_for("seed/CodeLock-v0") is wrong_rule
+
+
+def test_stage1_split_draws_the_demonstrations_from_the_warmup_families(monkeypatch):
+    """``--stage1-split warmup``: Stage 1's demos come from families Stage 2 and ``test`` never show."""
+    import seed_train.trainer as trainer
+    from seed_envs.codelock.env import WARMUP_FAMILIES
+    from seed_train.config import SeedConfig
+    from seed_train.preflight import check_run_setup
+
+    seen = {}
+
+    class Drawn(Exception):
+        pass
+
+    def capture(spec, tasks, seed):
+        seen.update(split=spec.split, tasks=list(tasks))
+        raise Drawn
+
+    monkeypatch.setattr(trainer, "collect_demonstrations", capture)
+    cfg = SeedConfig(env_id="seed/CodeLock-v0", stage1_split="warmup", stage1_demos=12)
+    with pytest.raises(Drawn):
+        trainer.run_stage1(policy=None, cfg=cfg, say=lambda _: None)
+    assert seen["split"] == "warmup" and len(seen["tasks"]) == 12
+    assert {t.split("/")[2] for t in seen["tasks"]} <= set(WARMUP_FAMILIES)
+    with pytest.raises(ValueError, match="stage1_split"):
+        check_run_setup(SeedConfig(env_id="seed/CodeLock-v0", stage1_split="nope", model="smollm2-135m"))

@@ -27,15 +27,18 @@ FAMILIES = (
     "ochre", "onyx", "opal", "pewter", "quartz", "russet", "saffron", "slate", "topaz", "umber",
     "velvet", "walnut", "willow", "zinc", "birch", "cinder", "dune", "fern", "frost", "heather", "iron", "laurel",
     "moss", "pearl", "rowan", "sable",
+    "acorn", "bramble", "clover", "dahlia", "ember", "fennel", "ginger", "harbor", "iris", "kelp", "lotus", "meadow",
+    "nutmeg", "orchid", "pepper", "reed",
 )
 TRAINED_FAMILIES = FAMILIES[:32]
-UNSEEN_FAMILIES = FAMILIES[32:]
+UNSEEN_FAMILIES = FAMILIES[32:48]
+WARMUP_FAMILIES = FAMILIES[48:]
 #: Where a lock is: train instances use the first six places, test the last two (disjoint tasks of the
-#: same families), unseen the first four of families never trained on.
+#: same families), unseen the first four of families never trained on, warmup (Stage 1's) all eight.
 PLACES = ("cellar door", "garden gate", "tower chest", "library cabinet", "stable latch", "harbour crate",
           "chapel box", "mill hatch")
 PANELS = {"train": (TRAINED_FAMILIES, PLACES[:6]), "test": (TRAINED_FAMILIES, PLACES[6:]),
-          "unseen": (UNSEEN_FAMILIES, PLACES[:4])}
+          "unseen": (UNSEEN_FAMILIES, PLACES[:4]), "warmup": (WARMUP_FAMILIES, PLACES)}
 
 
 def family_code(family: str, length: int = CODE_LENGTH) -> tuple[str, ...]:
@@ -52,7 +55,7 @@ class CodeLockEnv(SeedEnv):
     """Enter the hidden code of a named lock family, one letter a step. Text only.
 
     ## Description
-    48 lock families, each with a fixed 3-letter code over ``A``-``F`` (:func:`family_code`) that no
+    64 lock families, each with a fixed 3-letter code over ``A``-``F`` (:func:`family_code`) that no
     observation shows until the end. A task is one lock: a family and a place ("the cedar lock on the
     garden gate"). The agent enters letters one per step; after three the lock judges the code: it opens
     (success) or it does not, and then the final observation reveals the family's code.
@@ -72,7 +75,10 @@ class CodeLockEnv(SeedEnv):
 
     ## Splits
     ``train``: 32 families x 6 places (192 tasks); ``test``: the same 32 families at 2 other places (64
-    tasks); ``unseen``: 16 other families x 4 places (64 tasks), whose codes no training episode reveals.
+    tasks); ``unseen``: 16 other families x 4 places (64 tasks), whose codes no training episode reveals;
+    ``warmup``: 16 more families x 8 places (128 tasks) for Stage 1's demonstrations
+    (``--stage1-split warmup``), so Stage 1 teaches the answer format and reading a skill without teaching
+    any code of the families Stage 2 trains and ``test`` evaluates on.
 
     ## Arguments
     ```python
@@ -84,6 +90,7 @@ class CodeLockEnv(SeedEnv):
     * v0: initial version (issue 29's positive control).
     """
 
+    split_names = ("train", "test", "unseen", "warmup")
     default_max_steps = CODE_LENGTH + 2
     agent_defaults = AgentDefaults(
         prompt={
