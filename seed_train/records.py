@@ -138,7 +138,7 @@ def write_record(record: Record, path: str | Path) -> None:
     """Atomically: a record on disk is always a whole one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # processes sharing an experiment folder each their own
     tmp.write_text("\n".join(record.lines()) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 

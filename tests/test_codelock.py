@@ -21,6 +21,14 @@ def test_codes_are_a_hash_of_the_family_name():
     trained, unseen, warmup = set(PANELS["train"][0]), set(PANELS["unseen"][0]), set(PANELS["warmup"][0])
     assert trained == set(PANELS["test"][0]) and not trained & unseen and not warmup & (trained | unseen)
     assert not set(PANELS["train"][1]) & set(PANELS["test"][1])  # test: other places of the same families
+    # warmup: every lock its own code (nothing to memorise per family); elsewhere the family's code
+    from seed_envs.codelock.env import lock_code
+
+    warm = [lock_code("acorn", place, "warmup") for place in PANELS["warmup"][1]]
+    assert len(set(warm)) > 4 and lock_code("cedar", "mill hatch", "test") == family_code("cedar")
+    env = gym.make("seed/CodeLock-v0", split="warmup")
+    env.reset(options={"task_id": "codelock/warmup/acorn/mill-hatch"})
+    assert env.unwrapped.code == family_code("acorn@mill hatch")
 
 
 def play(env, letters):

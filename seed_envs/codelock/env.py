@@ -47,6 +47,13 @@ def family_code(family: str, length: int = CODE_LENGTH) -> tuple[str, ...]:
     return tuple(ALPHABET[b % len(ALPHABET)] for b in digest[:length])
 
 
+def lock_code(family: str, place: str, split: str) -> tuple[str, ...]:
+    """The code of one lock: its family's, except on ``warmup``, where every lock has its own (a hash of family
+    and place), so that Stage 1's demonstrations there can teach reading a code from a skill but cannot be
+    memorised per family."""
+    return family_code(f"{family}@{place}") if split == "warmup" else family_code(family)
+
+
 def spaced(code: tuple[str, ...] | list[str]) -> str:
     return " ".join(code)
 
@@ -77,8 +84,9 @@ class CodeLockEnv(SeedEnv):
     ``train``: 32 families x 6 places (192 tasks); ``test``: the same 32 families at 2 other places (64
     tasks); ``unseen``: 16 other families x 4 places (64 tasks), whose codes no training episode reveals;
     ``warmup``: 16 more families x 8 places (128 tasks) for Stage 1's demonstrations
-    (``--stage1-split warmup``), so Stage 1 teaches the answer format and reading a skill without teaching
-    any code of the families Stage 2 trains and ``test`` evaluates on.
+    (``--stage1-split warmup``), where every lock has its own code (:func:`lock_code`), so Stage 1 teaches the
+    answer format and reading a code from a skill (``--stage1-skill-acting``), and no code that could be
+    memorised, nor any code of the families Stage 2 trains and ``test`` evaluates on.
 
     ## Arguments
     ```python
@@ -129,7 +137,7 @@ class CodeLockEnv(SeedEnv):
 
     @property
     def code(self) -> tuple[str, ...]:
-        return family_code(self._family)
+        return lock_code(self._family, self._place, self.split)
 
     def _apply(self, action: str) -> Outcome:
         letter = action.strip().upper()
