@@ -22,8 +22,9 @@ arms by seed (both arms of a seed share Stage 1, tasks and rollout seeds):
 
 :func:`holm` adjusts a table's p-values for the number of comparisons it makes (Holm-Bonferroni).
 
-The functions are small and pure (numpy, scipy); rliable's own implementation is the reference in the
-tests where it is installed.
+The functions are small and pure (numpy, scipy), written here: rliable 1.2.0 (the reference for the
+stratified bootstrap and the probability of improvement) pins arch < 8, whose 7.x releases fail to import
+with current pandas. The tests check each function against exact enumeration, scipy or simulation.
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Seed-level statistics: each function against an independent computation (enumeration, scipy's own
-permutation test, simulation, rliable where installed)."""
+permutation test, simulation). rliable itself (1.2.0) pins arch < 8, whose 7.x fails to import with
+current pandas, so the bootstrap is checked against exact enumeration instead."""
 from __future__ import annotations
 
 import itertools
@@ -52,14 +53,6 @@ def test_bootstrap_interval_matches_exact_enumeration():
     # stratum, so the interval stays inside what mixing them could give.
     lo2, hi2 = stratified_bootstrap_ci([[0.0, 1.0], [0.1, 0.9], [0.2, 1.0]])
     assert 0.45 <= lo2 <= hi2 <= 0.6
-
-
-def test_bootstrap_interval_matches_rliable_where_installed():
-    rliable = pytest.importorskip("rliable.library", reason="rliable not installed (the reference implementation)")
-    scores = np.array([[0.1, 0.5], [0.3, 0.6], [0.2, 0.9], [0.4, 0.7], [0.25, 0.55]])
-    ours = stratified_bootstrap_ci(scores, reps=50_000, seed=0)
-    _, cis = rliable.get_interval_estimates({"x": scores}, lambda s: np.array([np.mean(s)]), reps=50_000)
-    assert ours == pytest.approx((cis["x"][0][0], cis["x"][1][0]), abs=0.01)
 
 
 def test_probability_of_improvement_by_hand():
