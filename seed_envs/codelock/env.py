@@ -111,7 +111,6 @@ class CodeLockEnv(SeedEnv):
         },
         history=0,  # the observation shows the letters entered so far
         max_steps=CODE_LENGTH + 2,
-        action_format="plain",
     )
 
     def __init__(self, **contract: Any):
