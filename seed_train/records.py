@@ -9,7 +9,8 @@ keeps what the conclusions rest on:
 - a ``unit`` line per finished unit (seed x before / Stage 1 / arm): per split, every evaluation episode
   as ``[key, category, success, score, length, steps, format_errors]`` (``key`` pairs episodes across
   policies: the task id, ``#sJ`` for sample J); for trained units the per-iteration metrics and every
-  skill the run wrote (``[iteration, task_id, category, success, skill or null]``).
+  skill the run wrote (``skill_texts``, each distinct text once, and per episode ``[iteration, task_id,
+  category, success, index into skill_texts or null]``; :func:`unit_skills` expands them).
 
 ``seed-train record EXP_DIR RECORD`` adds the folder's finished units that the record lacks (so seeds run
 on a later day, on another machine, append to it; a unit already recorded must give the same outcomes,
@@ -163,14 +164,29 @@ def versions() -> dict[str, str]:
     return out
 
 
-def _skills(run_dir: Path) -> list[list[Any]]:
+def _skills(run_dir: Path) -> tuple[list[str], list[list[Any]]]:
+    """The run's distinct skill texts, and per Stage 2 episode ``[iteration, task_id, category, success,
+    index of its skill text or None]`` (a static library's few texts are stored once, not per episode)."""
     from wrappers import read_trajectories
 
     path = run_dir / "trajectories.jsonl"
     if not path.is_file():
-        return []
-    return [[t.meta.get("iteration"), t.task_id, t.category, int(bool(t.success)), t.meta.get("skill")]
-            for t in read_trajectories(path) if "skill" in t.meta]
+        return [], []
+    texts: dict[str, int] = {}
+    rows = []
+    for t in read_trajectories(path):
+        if "skill" not in t.meta:
+            continue
+        skill = t.meta["skill"]
+        index = None if skill is None else texts.setdefault(skill, len(texts))
+        rows.append([t.meta.get("iteration"), t.task_id, t.category, int(bool(t.success)), index])
+    return list(texts), rows
+
+
+def unit_skills(unit: dict[str, Any]) -> list[list[Any]]:
+    """A recorded unit's skills as ``[iteration, task_id, category, success, skill text or None]``."""
+    texts = unit.get("skill_texts", [])
+    return [[*row[:4], None if row[4] is None else texts[row[4]]] for row in unit.get("skills", [])]
 
 
 def unit_entry(experiment: Any, unit: Any) -> dict[str, Any]:
@@ -193,7 +209,7 @@ def unit_entry(experiment: Any, unit: Any) -> dict[str, Any]:
         metrics = read_metrics(unit.run_dir)
         entry["metrics"] = _round([{k: v for k, v in m.items() if isinstance(v, (int, float, str)) or v is None}
                                    for m in metrics])
-        entry["skills"] = _skills(unit.run_dir)
+        entry["skill_texts"], entry["skills"] = _skills(unit.run_dir)
     return entry
 
 

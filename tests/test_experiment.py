@@ -251,7 +251,7 @@ def test_experiment_two_arms_two_seeds_shared_stage1_paired_and_resumable(tmp_pa
 def check_records(exp, argv, capsys):
     """The experiment's record: small, complete, and enough to rebuild its report without the folder."""
     from seed_train.cli import main_train
-    from seed_train.records import read_record, write_record
+    from seed_train.records import read_record, unit_skills, write_record
 
     own = exp / "record.jsonl"  # written with every report
     record = read_record(own)
@@ -266,7 +266,7 @@ def check_records(exp, argv, capsys):
     assert [bool(r[2]) for r in rows] == list(_tasks(exp / "seed1" / "seed" / "eval_after_test.trajectories.jsonl").values())
     assert unit["metrics"] and unit["metrics"][0]["iteration"] == 0 and "skill_valid_rate" in unit["metrics"][0]
     trained = list(read_trajectories(exp / "seed1" / "seed" / "run" / "trajectories.jsonl"))
-    assert [s[4] for s in unit["skills"]] == [t.meta["skill"] for t in trained]
+    assert [s[4] for s in unit_skills(unit)] == [t.meta["skill"] for t in trained]
     # The report rebuilt from the record alone equals the experiment's own, number for number.
     out = exp.parent / "from-record"
     assert main_train(["report", str(own), "--out", str(out)]) == 0
