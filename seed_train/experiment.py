@@ -451,7 +451,8 @@ def report_from_results(results: dict[tuple[str, int, str | None], dict[str, Any
                     continue
                 evaluation = result["evals"][split]
                 overall = evaluation["summary"]["categories"]["all"]
-                per_seed.append({"seed": seed, "success": overall["success"], "successes": overall["successes"],
+                per_seed.append({"seed": seed, "success": overall["success"], "score": overall["score"],
+                                 "successes": overall["successes"],
                                  "episodes": overall["episodes"],
                                  "ci95": list(wilson_interval(overall["successes"], overall["episodes"]))})
                 summaries.append(evaluation["summary"])
@@ -465,17 +466,23 @@ def report_from_results(results: dict[tuple[str, int, str | None], dict[str, Any
         tested = [a for a in arms if a in outcomes]
         comparisons = [(a, b) for i, a in enumerate(tested) for b in tested[i + 1:]]
         comparisons += [(arm, starts[arm]) for arm in tested if starts[arm] in outcomes]
-        success = {name: {r["seed"]: r["success"] for r in row["per_seed"]} for name, row in rows.items()}
-        seed_level = [compare_over_seeds(success[a], success[b], label_a=a, label_b=b) for a, b in comparisons]
+        by_metric = {metric: {name: {r["seed"]: r[metric] for r in row["per_seed"]} for name, row in rows.items()}
+                     for metric in ("success", "score")}
+        seed_level, seed_level_score = ([compare_over_seeds(values[a], values[b], label_a=a, label_b=b)
+                                         for a, b in comparisons] for values in by_metric.values())
         diagnostics = [{"a": a, "b": b, **paired_test(outcomes[a], outcomes[b]),
                         "per_seed": per_seed_mcnemar(outcomes[a], outcomes[b])} for a, b in comparisons]
-        report["splits"][split] = {"policies": rows, "seed_level": seed_level,
+        report["splits"][split] = {"policies": rows, "seed_level": seed_level, "seed_level_score": seed_level_score,
                                    "paired": [d for d in diagnostics if d["b"] in tested],
                                    "vs_start": [d for d in diagnostics if d["b"] not in tested]}
-    family = [c for section in report["splits"].values() for c in section["seed_level"]]
-    for c, p_holm in zip(family, holm([c["p_sign_flip"] for c in family])):
-        c["p_holm"], c["family"] = p_holm, len(family)
-    report["comparisons"] = len(family)
+    # Success is the primary measure (Holm over its comparisons); the score (the env's partial credit) a
+    # secondary one, adjusted as its own family.
+    for key in ("seed_level", "seed_level_score"):
+        family = [c for section in report["splits"].values() for c in section[key]]
+        for c, p_holm in zip(family, holm([c["p_sign_flip"] for c in family])):
+            c["p_holm"], c["family"] = p_holm, len(family)
+        if key == "seed_level":
+            report["comparisons"] = len(family)
     return report
 
 
@@ -518,8 +525,12 @@ def report_markdown(report: dict[str, Any]) -> str:
                          f"| {per_seed} |")
         lines += category_table(section["policies"])
         if section.get("seed_level"):
-            lines += ["", "Comparisons over training seeds (the evidence):", "", *COMPARISON_HEADER]
+            lines += ["", "Comparisons over training seeds (the evidence; success):", "", *COMPARISON_HEADER]
             lines += [comparison_row(c) for c in section["seed_level"]]
+        if section.get("seed_level_score"):
+            lines += ["", "The same on the score (the env's partial credit; a secondary measure, Holm-adjusted as "
+                      "its own family):", "", *COMPARISON_HEADER]
+            lines += [comparison_row(c) for c in section["seed_level_score"]]
         tests = section["paired"] + section["vs_start"]
         if tests:
             lines += ["", "Within-seed diagnostics (exact McNemar on episodes paired by task and sample inside each "

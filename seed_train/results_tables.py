@@ -58,8 +58,10 @@ def recorded_experiments(folder: Path = RESULTS / "records") -> list[dict[str, A
     for path in sorted(folder.glob("*.jsonl")):
         record = read_record(path)
         report = report_from_record(record)
-        comparisons = [{**c, "split": split, "a": _label(c["a"]), "b": _label(c["b"])}
-                       for split, section in report["splits"].items() for c in section["seed_level"]]
+        comparisons = [{**c, "split": split + ("" if key == "seed_level" else " (score)"), "a": _label(c["a"]),
+                        "b": _label(c["b"])}
+                       for key in ("seed_level", "seed_level_score")
+                       for split, section in report["splits"].items() for c in section.get(key, [])]
         out.append({"name": path.stem, "path": path.relative_to(ROOT).as_posix(), "record": record, "report": report,
                     "seed_level": comparisons})
     return out
