@@ -125,3 +125,13 @@ def test_stage1_split_draws_the_demonstrations_from_the_warmup_families(monkeypa
     assert {t.split("/")[2] for t in seen["tasks"]} <= set(WARMUP_FAMILIES)
     with pytest.raises(ValueError, match="stage1_split"):
         check_run_setup(SeedConfig(env_id="seed/CodeLock-v0", stage1_split="nope", model="smollm2-135m"))
+
+
+def test_num_families_narrows_train_and_test_only():
+    env = gym.make("seed/CodeLock-v0", split="test", num_families=8)
+    assert len(env.unwrapped.task_ids()) == 16 and {t.split("/")[2] for t in env.unwrapped.task_ids()} == set(
+        PANELS["test"][0][:8])
+    assert len(gym.make("seed/CodeLock-v0", split="unseen", num_families=8).unwrapped.task_ids()) == 64
+    for bad in (0, 33, "8", True):
+        with pytest.raises(ValueError, match="num_families"):
+            gym.make("seed/CodeLock-v0", num_families=bad)

@@ -90,9 +90,11 @@ class CodeLockEnv(SeedEnv):
 
     ## Arguments
     ```python
-    gym.make("seed/CodeLock-v0", split="train", obs_mode="text", max_steps=5, reward_mode="env")
+    gym.make("seed/CodeLock-v0", split="train", obs_mode="text", max_steps=5, reward_mode="env",
+             num_families=None)
     ```
-    ``data_dir`` is accepted and unused.
+    ``num_families``: train and test on the first N of the 32 trained families (None: all), so that a
+    small Stage 2 sees each family often. ``data_dir`` is accepted and unused.
 
     ## Version History
     * v0: initial version (issue 29's positive control).
@@ -113,7 +115,12 @@ class CodeLockEnv(SeedEnv):
         max_steps=CODE_LENGTH + 2,
     )
 
-    def __init__(self, **contract: Any):
+    def __init__(self, *, num_families: int | None = None, **contract: Any):
+        if num_families is not None and (isinstance(num_families, bool) or not isinstance(num_families, int)
+                                         or not 1 <= num_families <= len(TRAINED_FAMILIES)):
+            raise ValueError(f"num_families: expected an int from 1 to {len(TRAINED_FAMILIES)} or None, "
+                             f"got {num_families!r}")
+        self.num_families = num_families
         super().__init__(**contract)
         self._family = ""
         self._place = ""
@@ -122,6 +129,8 @@ class CodeLockEnv(SeedEnv):
 
     def _build_panel(self):
         families, places = PANELS[self.split]
+        if self.num_families is not None and self.split in ("train", "test"):
+            families = families[:self.num_families]
         return [f"codelock/{self.split}/{family}/{place.replace(' ', '-')}" for family in families for place in places]
 
     def _start_task(self, task_id: str) -> Task:
