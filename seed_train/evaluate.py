@@ -21,6 +21,7 @@ import numpy as np
 from seed_train.distributed import dist_info, gather_lists, sharded_range
 from seed_train.generation import GenerationBackend
 from seed_train.rollout import EnvPool, EnvSpec, EpisodeJob, RolloutStats, run_episodes
+from seed_train.seed_statistics import sample_sd
 from wrappers import Trajectory, TrajectoryWriter
 
 
@@ -255,15 +256,10 @@ def aggregate_runs(summaries: Sequence[dict[str, Any]]) -> dict[str, dict[str, A
     for name in names:
         rows = [s["categories"][name] for s in summaries if name in s["categories"]]
         succ, score = [r["success"] for r in rows], [r["score"] for r in rows]
-        out[name] = {"success_mean": float(np.mean(succ)), "success_sd": _sd(succ),
-                     "score_mean": float(np.mean(score)), "score_sd": _sd(score), "runs": len(rows),
+        out[name] = {"success_mean": float(np.mean(succ)), "success_sd": sample_sd(succ),
+                     "score_mean": float(np.mean(score)), "score_sd": sample_sd(score), "runs": len(rows),
                      "success_per_run": succ, "ci95_per_run": [list(r["ci95"]) for r in rows]}
     return out
-
-
-def _sd(values: Sequence[float]) -> float:
-    """Sample standard deviation (ddof 1); 0 for a single value."""
-    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
 
 
 def aggregate_markdown(aggregate: dict[str, dict[str, Any]], labels: Sequence[str] = (), title: str = "") -> str:

@@ -27,7 +27,7 @@ import os
 import platform
 import subprocess
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,7 +235,7 @@ def experiment_from_folder(folder: str | Path) -> Any:
     return Experiment(base, tuple(manifest["arms"]), tuple(manifest["seeds"]), folder, tuple(manifest["splits"]))
 
 
-def add_units(experiment: Any, record: Record | None, *, commands: Iterable[Sequence[str]] = ()) -> tuple[Record, dict[str, int]]:
+def add_units(experiment: Any, record: Record | None) -> tuple[Record, dict[str, int]]:
     """``record`` (a new one when None) with the experiment's finished units it lacks. Raises ValueError when
     the experiment's base config differs from the record's (operational fields aside) or when a unit both
     hold has other evaluation outcomes. Returns the record and counts (added, identical, unfinished)."""
@@ -272,7 +272,7 @@ def add_units(experiment: Any, record: Record | None, *, commands: Iterable[Sequ
     if counts["added"]:
         manifest = json.loads((experiment.out / "experiment.json").read_text())
         record.sessions.append({"date": datetime.date.today().isoformat(),
-                                "commands": manifest.get("commands", []) or [list(c) for c in commands],
+                                "commands": manifest.get("commands", []),
                                 "versions": versions(), "units_added": counts["added"]})
     return record, counts
 

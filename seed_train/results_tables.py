@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from seed_train.experiment import decoding_phrase
 from seed_train.seed_statistics import (COMPARISON_HEADER, READING_NOTE, comparison_row, compare_over_seeds,
                                         sample_sd, with_holm)
 
@@ -100,7 +101,7 @@ def results_block() -> str:
         commands = [" ".join(c) for s in record.sessions for c in s.get("commands", [])]
         lines += [f"### {e['name']} (record: `{e['path']}`)", "",
                   f"{record.header['env_id']}; arms {', '.join(report['arms'])}; training seeds "
-                  f"{', '.join(map(str, seeds))}; evaluation {_decoding(report)}. Rebuild: `seed-train report "
+                  f"{', '.join(map(str, seeds))}; evaluation {decoding_phrase(report)}. Rebuild: `seed-train report "
                   f"{e['path']}`.", ""]
         lines += [f"Command: `{c}`" for c in dict.fromkeys(commands)] + [""]
         lines += success_table(splits, seeds) + [""] + comparison_table(e["seed_level"]) + [""]
@@ -110,12 +111,6 @@ def results_block() -> str:
                   f"({_link(e['section'])})." + (f" {e['precision']}." if e.get("precision") else ""), ""]
         lines += success_table(e["splits"], e["seeds"]) + [""] + comparison_table(e["seed_level"]) + [""]
     return "\n".join(lines).rstrip()
-
-
-def _decoding(report: dict[str, Any]) -> str:
-    from seed_train.experiment import decoding_phrase
-
-    return decoding_phrase(report)
 
 
 def _link(section: str) -> str:
