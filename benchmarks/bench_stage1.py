@@ -40,7 +40,7 @@ def main() -> None:
         spec = env_spec(cfg, cfg.train_split)
         demos = stage1.collect_demonstrations(spec, sample_tasks(panel_of(spec), cfg.stage1_demos,
                                                                  np.random.default_rng(0)), seed=0)
-        pairs = stage1.sft_pairs(demos, policy.codec, cfg.action_format)[: args.pairs]
+        pairs = stage1.sft_pairs(demos, policy.codec, cfg.env_default("action_format"))[: args.pairs]
         print(f"{len(pairs)} pairs, {sum(len(q.prompt_ids) for q in pairs)} prompt tokens, "
               f"{sum(len(q.response_ids) for q in pairs)} response tokens")
         shared = stage1.auto_prefix_groups

@@ -8,6 +8,7 @@
     seed-eval aggregate runs/s0/eval_after.json runs/s1/eval_after.json --out runs/agg   # mean ± sd over runs
     seed-train experiment --env-id seed/EZPoints-v0 --arms grpo sft-grpo seed seed-shuffled --seeds 0 1 2 \
         --output-dir runs/exp --iterations 4                                             # seed_train/experiment.py
+    seed-train recipes                         # run configs per env: --config sokoban-cpu, --config alfworld-paper
 """
 from __future__ import annotations
 
@@ -103,6 +104,32 @@ def _parser_records(sub) -> None:
     p.add_argument("--out", default=None, help="folder for the report (default: beside the record, NAME-report/)")
 
 
+def _parser_recipes(sub) -> None:
+    p = sub.add_parser("recipes", help="list the shipped run configs per env (cpu: the embedded model on 2 cores; "
+                                       "paper: the SEED paper's settings for a GPU); --config NAME runs one",
+                       description="Without NAME: every recipe and what it is. With NAME: the recipe's YAML, to "
+                                   "read or to copy and edit (seed-train recipes ezpoints-cpu > my.yaml).")
+    p.add_argument("name", nargs="?", default=None, help="a recipe to print")
+
+
+def main_recipes(args) -> int:
+    """``seed-train recipes [NAME]``."""
+    from seed_train.recipes import recipe_names, recipe_path, recipe_summary
+
+    if args.name is None:
+        names = recipe_names()
+        width = max(map(len, names))
+        for name in names:
+            print(f"{name:<{width}}  {recipe_summary(name)}")
+        print("\nrun one: seed-train train --config NAME (or seed-train experiment --config NAME ...); docs/recipes.md")
+        return 0
+    path = recipe_path(args.name)
+    if path is None:
+        return fail("seed-train recipes", f"no recipe {args.name!r}; recipes: {', '.join(recipe_names())}")
+    print(path.read_text(encoding="utf-8"), end="")
+    return 0
+
+
 def main_records(args) -> int:
     """``seed-train record`` and ``seed-train report``."""
     from seed_train.records import record_experiment, write_report_from_record
@@ -127,11 +154,14 @@ def main_train(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _parser_train(sub)
     _parser_records(sub)
+    _parser_recipes(sub)
     args = parser.parse_args(argv)
     if args.command == "experiment":
         return main_experiment(args, argv)
     if args.command in ("record", "report"):
         return main_records(args)
+    if args.command == "recipes":
+        return main_recipes(args)
     from seed_train.trainer import train
 
     try:
@@ -338,7 +368,7 @@ def main_eval(argv: list[str] | None = None) -> int:
             summary = evaluate_policy(policy.backend, policy.codec, spec, max_new_tokens=cfg.max_new_tokens,
                                       limit=cfg.eval_limit, seed=seed, env_backend=cfg.env_backend,
                                       trajectories_path=Path(args.out) / f"seed{seed}.trajectories.jsonl",
-                                      progress=f"seed {seed}", **eval_decoding(cfg))
+                                      progress=f"seed {seed}", **eval_decoding(cfg, policy))
             write_report(summary, args.out, f"eval_seed{seed}")
             print(markdown_table(summary, f"{cfg.env_id} {cfg.eval_split} seed {seed}"))
             summaries.append(summary)
@@ -380,7 +410,7 @@ def eval_endpoint(args: argparse.Namespace, cfg: SeedConfig) -> int:
 
 # seed-eval's flags that stand for config fields, and their values without --config.
 _EVAL_FLAGS = {"env": ("env_id", None), "split": ("eval_split", "unseen"), "limit": ("eval_limit", 0),
-               "max_new_tokens": ("max_new_tokens", 48), "action_format": ("action_format", "tags"),
+               "max_new_tokens": ("max_new_tokens", 48), "action_format": ("action_format", None),
                "history": ("history", None), "env_kwargs": ("env_kwargs", {}), "device": ("device", "cpu"),
                "threads": ("threads", 0)}
 

@@ -196,6 +196,30 @@ def prompt_codec(tokenizer: Any) -> PromptCodec:
     return VisionPromptCodec(tokenizer) if is_processor(tokenizer) else PromptCodec(tokenizer)
 
 
+class PromptTokenBudget:
+    """A prompt's test against the model's prompt budget: fits when its chat-templated token count is at
+    most ``budget`` (``wrappers.PromptRenderer``'s ``prompt_fits``). A plain object, so a vector env in
+    another process gets it pickled with its spec. Images are not counted: the rollout's own check on
+    the encoded prompt is the gate (:func:`seed_train.rollout.run_episodes`)."""
+
+    def __init__(self, codec: Any, budget: int):
+        self.codec, self.budget = prompt_codec(codec), int(budget)
+
+    def __call__(self, prompt: str) -> bool:
+        return len(self.codec.encode(prompt)) <= self.budget
+
+
+def model_context_tokens(model: Any) -> int | None:
+    """The longest sequence the model takes (its config's ``max_position_embeddings``, a vision-language
+    model's text config's); None when the config does not say."""
+    config = getattr(model, "config", None)
+    for cfg in (config, getattr(config, "text_config", None)):
+        n = getattr(cfg, "max_position_embeddings", None)
+        if isinstance(n, int) and n > 0:
+            return n
+    return None
+
+
 def encode_prompt(codec: Any, text: str, *, system: str | None = None, images: Sequence[Any] | None = None) -> list[int]:
     """``prompt_codec(codec).encode(text, ...)``: for callers holding a tokenizer, a processor or a codec."""
     return prompt_codec(codec).encode(text, system=system, images=images)

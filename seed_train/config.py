@@ -68,12 +68,19 @@ ENV_BACKENDS = ("sync", "async", "ray")  # seed_train.env_backends (not imported
 GENERATION_BACKENDS = ("hf", "vllm")
 
 def _read_yaml(path: str | Path) -> dict[str, Any]:
-    """The mapping in a YAML config file; every way it can be unreadable is a ValueError naming ``config``."""
+    """The mapping in a YAML config file, or in the recipe of that name (``--config ezpoints-cpu``, a file of
+    ``seed_train/recipes``: a file path that exists wins); every way it can be unreadable is a ValueError
+    naming ``config``."""
     import yaml
 
+    from seed_train.recipes import recipe_names, recipe_path
+
     file = Path(path).expanduser()
+    if not file.exists() and recipe_path(str(path)) is not None:
+        file = recipe_path(str(path))
     if not file.exists():
-        raise ValueError(f"config: file not found: {str(path)!r}")
+        raise ValueError(f"config: file not found: {str(path)!r} (nor a recipe of that name; recipes: "
+                         f"{', '.join(recipe_names())})")
     if not file.is_file():
         raise ValueError(f"config: {str(path)!r} is not a file")
     try:
@@ -186,7 +193,9 @@ class SeedConfig:
     max_steps: int | None = _f(None, "episode length; default: the env's agent budget (Sokoban 15, EZPoints 8, ...)")
     history: int | None = _f(None, "past (observation, action) pairs in the prompt; default: the env's own")
     template: str | None = _f(None, "generic prompt template (default, compact); default: the env's own wording")
-    action_format: str = _f("tags", "how actions are written: tags (<action>..</action>), plain, boxed, json, search_r1")
+    action_format: str | None = _f(None, "how actions are written: tags (<action>..</action>), plain, boxed, json, "
+                                         "search_r1; default: the env's own (its agent defaults; tags unless it "
+                                         "declares another)")
     # --- policy
     model: str = _f("smollm2-135m", "local Hugging Face model folder, or smollm2-135m (embedded)")
     lora: bool = _f(True, "train LoRA adapters (peft) instead of all weights")
@@ -201,6 +210,10 @@ class SeedConfig:
     tasks_per_iteration: int = _f(4, "tasks (groups) sampled per Stage 2 iteration")
     group_size: int = _f(8, "rollouts per task (GRPO group); all start from the same task and seed")
     max_new_tokens: int = _f(48, "tokens generated per step")
+    max_prompt_tokens: int = _f(0, "prompt tokens a turn may take: the oldest history is left out first, then an "
+                                   "episode whose prompt still does not fit ends truncated (ended_by "
+                                   "prompt_overflow, counted in metrics and evaluations); 0: the model's context "
+                                   "length minus max_new_tokens")
     env_backend: str = _f("sync", "where envs step: sync (this process), async (gymnasium AsyncVectorEnv "
                                   "subprocesses) or ray (Ray actors; extra 'ray')")
     generation_backend: str = _f("hf", "rollout generation: hf (transformers generate) or vllm (extra 'vllm', GPU)")
@@ -310,8 +323,10 @@ class SeedConfig:
             value = getattr(self, name)
             need(value is None or (isinstance(value, int) and value >= (1 if name == "max_steps" else 0)), name,
                  "must be a non-negative int" if name == "history" else "must be a positive int")
-        need(self.action_format in ("tags", "plain", "boxed", "json", "search_r1"), "action_format",
-             "must be one of tags, plain, boxed, json, search_r1")
+        from wrappers.action_parser import FORMATS  # the parser owns the list (wrappers imports gymnasium only)
+
+        need(self.action_format is None or self.action_format in FORMATS, "action_format",
+             f"must be one of {', '.join(FORMATS)}")
         need(self.dtype in ("float32", "bfloat16", "float16"), "dtype", "must be float32, bfloat16 or float16")
         need(self.lora_r >= 1 and self.lora_alpha >= 1, "lora_r", "LoRA rank and alpha must be >= 1")
         need(isinstance(self.lora_targets, list) and self.lora_targets
@@ -321,7 +336,7 @@ class SeedConfig:
                      "stage1_skill_repeats",
                      "ppo_epochs", "minibatch_size", "skill_max_new_tokens", "eval_samples"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "must be an int >= 1")
-        for name in ("stage1_demos", "iterations", "analyzer_retries", "skill_min_words", "eval_limit",
+        for name in ("stage1_demos", "iterations", "analyzer_retries", "skill_min_words", "eval_limit", "max_prompt_tokens",
                      "checkpoint_every", "analyzer_images", "threads"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 0, name, "must be an int >= 0")
         need(self.freeze_vision or not self.lora, "freeze_vision",
@@ -369,7 +384,8 @@ class SeedConfig:
 
     # ------------------------------------------------------------ derived values
     def env_default(self, name: str) -> Any:
-        """``max_steps`` / ``history`` / ``template``: the config's value, else the env's own agent default.
+        """``max_steps`` / ``history`` / ``action_format`` / ``template``: the config's value, else the env's own
+        agent default.
 
         The env declares its defaults as data (``agent_defaults`` on its class, e.g.
         ``seed_envs.core.AgentDefaults``), read from the registry entry point without building the env.
@@ -378,14 +394,15 @@ class SeedConfig:
         value = getattr(self, name)
         if value is not None or name == "template":
             return value
-        if name not in ("max_steps", "history"):
-            raise ValueError(f"env_default: expected max_steps, history or template, got {name!r}")
+        if name not in ("max_steps", "history", "action_format"):
+            raise ValueError(f"env_default: expected max_steps, history, action_format or template, got {name!r}")
         import gymnasium as gym
 
         import seed_envs  # noqa: F401  (registers the ids; imported here so the config module stays light)
-        from wrappers.stack import default_history, default_max_steps
+        from wrappers.stack import default_action_format, default_history, default_max_steps
 
-        read = default_history if name == "history" else default_max_steps
+        read = {"history": default_history, "max_steps": default_max_steps,
+                "action_format": default_action_format}[name]
         try:
             return read(self.env_id)
         except (gym.error.Error, ImportError):  # an id not registered (or its package missing): the generic

@@ -8,6 +8,8 @@ the main process writes files.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import math
 from collections import defaultdict
@@ -70,6 +72,7 @@ def evaluate_policy(
     env_backend: str = "sync",
     samples_per_task: int = 1,
     progress: str | None = None,
+    max_prompt_tokens: int = 0,
 ) -> dict[str, Any]:
     """Play the split's panel (``limit`` > 0: that many tasks spread over it) ``samples_per_task`` times;
     returns the summary. ``progress``: a name for this evaluation ("before training"); with one, the main
@@ -78,6 +81,9 @@ def evaluate_policy(
     Sampled episodes draw their noise from ``seed``, the task's panel index and the sample index alone
     (:meth:`EpisodeJob.sampling_seed`), so two policies evaluated with the same seed face the same draws:
     their per-episode outcomes pair (:func:`episode_outcomes`).
+
+    ``max_prompt_tokens`` > 0: the model's prompt budget; history is left out first, then an episode whose
+    prompt still does not fit ends truncated (counted in the summary's ``prompt_overflows``).
     """
     if samples_per_task < 1 or (samples_per_task > 1 and greedy):
         raise ValueError(f"samples_per_task: {samples_per_task} needs sampling (greedy plays each task one way)"
@@ -85,6 +91,7 @@ def evaluate_policy(
     panel = subsample_panel(panel_of(spec), limit)
     units = [(k, j) for k in range(len(panel)) for j in range(samples_per_task)]
     mine = [units[i] for i in sharded_range(len(units), dist_info())]
+    spec = with_prompt_budget(spec, codec, max_prompt_tokens)
     pool = EnvPool(spec, env_backend)
     stats = RolloutStats()
     trajectories: list[Trajectory] = []
@@ -101,7 +108,8 @@ def evaluate_policy(
                 for k, j in mine[start:start + batch_size]]
         trajectories += run_episodes(backend, codec, pool, jobs, max_new_tokens=max_new_tokens, greedy=greedy,
                                      temperature=temperature, seed=seed * 1_000_003, stats=stats,
-                                     on_finished=None if bar is None else bar.update)
+                                     on_finished=None if bar is None else bar.update,
+                                     max_prompt_tokens=max_prompt_tokens)
     if bar is not None:
         bar.close()
     pool.close()
@@ -195,6 +203,14 @@ def episode_outcomes(trajectories: Sequence[Trajectory]) -> dict[str, bool]:
             for t in trajectories}
 
 
+def with_prompt_budget(spec: EnvSpec, codec: Any, max_prompt_tokens: int) -> EnvSpec:
+    """``spec`` whose renderer leaves out the oldest history while a prompt is over ``max_prompt_tokens``
+    (0: ``spec`` as it is)."""
+    from seed_train.codec import PromptTokenBudget
+
+    return dataclasses.replace(spec, prompt_fits=PromptTokenBudget(codec, max_prompt_tokens)) if max_prompt_tokens else spec
+
+
 def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
     """Per category and overall: episodes, successes, success rate with Wilson 95% CI, score, length."""
     groups: dict[str, list[Trajectory]] = defaultdict(list)
@@ -212,6 +228,7 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
             "score": float(np.mean([t.score for t in ts])) if ts else 0.0,
             "length": float(np.mean([t.length for t in ts])) if ts else 0.0,
             "format_error_rate": _format_error_rate(ts),
+            "prompt_overflows": sum(t.meta.get("ended_by") == "prompt_overflow" for t in ts),
         }
     return {"categories": rows}
 

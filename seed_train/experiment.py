@@ -354,7 +354,7 @@ class Experiment:
             path = folder / f"{name}.trajectories.jsonl"
             summary = evaluate_policy(policy.backend, policy.codec, env_spec(cfg, split),
                                       max_new_tokens=cfg.max_new_tokens, limit=cfg.eval_limit, seed=seed,
-                                      trajectories_path=path, env_backend=cfg.env_backend, **eval_decoding(cfg))
+                                      trajectories_path=path, env_backend=cfg.env_backend, **eval_decoding(cfg, policy))
             write_report(summary, folder, name)
             out[split] = {"summary": summary, "tasks": episode_outcomes(list(read_trajectories(path)))}
         return out

@@ -28,7 +28,7 @@ import seed_envs  # noqa: F401  (registers the ids)
 from seed_train.env_backends import SLOT_JOBS, make_vector_env
 from seed_train.generation import GenerationBackend
 from seed_train.codec import prompt_codec
-from wrappers import TokenizedResponse, Trajectory, TrajectoryRecorder, make_agent_env
+from wrappers import PromptOverflow, TokenizedResponse, Trajectory, TrajectoryRecorder, make_agent_env
 
 
 @dataclass(frozen=True)
@@ -44,11 +44,13 @@ class EnvSpec:
     format_penalty: float
     max_steps: int | None = None
     env_kwargs: dict = field(default_factory=dict)
+    prompt_fits: Callable[[str], bool] | None = None  # the model's prompt budget (codec.PromptTokenBudget)
 
     def make(self, sink, *, trajectory_in_info: bool = False) -> gym.Env:
         env = make_agent_env(self.env_id, split=self.split, template=self.template, history=self.history,
                              max_steps=self.max_steps, action_format=self.action_format,
-                             format_penalty=self.format_penalty, env_kwargs=self.env_kwargs)
+                             format_penalty=self.format_penalty, env_kwargs=self.env_kwargs,
+                             prompt_fits=self.prompt_fits)
         return TrajectoryRecorder(env, sink=sink, env_id=self.env_id, trajectory_in_info=trajectory_in_info)
 
 
@@ -80,6 +82,7 @@ class RolloutStats:
     prompt_tokens: int = 0
     prefill_tokens: int = 0
     generate_calls: int = 0
+    prompt_overflows: int = 0  # episodes ended because their next prompt was over the budget
 
 
 def group_jobs(task_ids: Sequence[str], group_size: int, *, base_seed: int, prefix: str, meta: dict | None = None) -> list[EpisodeJob]:
@@ -172,9 +175,15 @@ def run_episodes(
     seed: int = 0,
     stats: RolloutStats | None = None,
     on_finished: Callable[[int], None] | None = None,
+    max_prompt_tokens: int = 0,
 ) -> list[Trajectory]:
     """Play every job to its end; trajectories come back in job order. ``on_finished(k)`` is told each
     turn how many episodes ended in it (a progress bar's ``update``).
+
+    ``max_prompt_tokens`` > 0: an episode whose encoded prompt is longer is not generated for; it ends
+    truncated (:class:`wrappers.PromptOverflow`, ``meta["ended_by"] = "prompt_overflow"``) rather than
+    crash the model or lose the prompt's head. (The spec's ``prompt_fits`` has already left out what
+    history it could.)
 
     Each episode samples with its own seed per turn (:meth:`EpisodeJob.sampling_seed`), so a job plays
     the same episode whatever else is in the batch: on every env backend, with any batch size or job
@@ -207,20 +216,27 @@ def run_episodes(
     takes_keys = _takes_row_keys(backend)
     _forget_turns(backend)
     while active:
-        prompts = [codec.encode(prompts_text[i], images=[obs["image"][i]] if with_images else None) for i in active]
+        encoded = {i: codec.encode(prompts_text[i], images=[obs["image"][i]] if with_images else None)
+                   for i in active}
+        actions: list[str] = [""] * size  # idle slots ignore theirs
+        for i in active:
+            if max_prompt_tokens and len(encoded[i]) > max_prompt_tokens:
+                actions[i] = PromptOverflow(len(encoded[i]), max_prompt_tokens)
+                stats.prompt_overflows += 1
+        rows = [i for i in active if not isinstance(actions[i], PromptOverflow)]
+        prompts = [encoded[i] for i in rows]
         t0 = time.perf_counter()
         prefilled = getattr(backend, "prefill_tokens", 0)
         generations = backend.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature,
                                        top_p=top_p, greedy=greedy,
-                                       row_seeds=[jobs[i].sampling_seed(seed, turn) for i in active],
-                                       **({"row_keys": list(active)} if takes_keys else {}))
+                                       row_seeds=[jobs[i].sampling_seed(seed, turn) for i in rows],
+                                       **({"row_keys": list(rows)} if takes_keys else {})) if rows else []
         stats.generate_s += time.perf_counter() - t0
         stats.prefill_tokens += getattr(backend, "prefill_tokens", 0) - prefilled
         stats.prompt_tokens += sum(len(p) for p in prompts)
-        stats.generate_calls += 1
+        stats.generate_calls += bool(rows)
         stats.generated_tokens += sum(len(g.response_token_ids) for g in generations)
-        actions: list[str] = [""] * size  # idle slots ignore theirs
-        for i, gen in zip(active, generations):
+        for i, gen in zip(rows, generations):
             actions[i] = TokenizedResponse(gen.text, gen.prompt_token_ids, gen.response_token_ids,
                                            gen.response_logprobs)
         t0 = time.perf_counter()

@@ -99,11 +99,13 @@ def build_tiny_model(
     hidden: int = 64,
     layers: int = 2,
     heads: int = 4,
+    context: int = 4096,
 ) -> Path:
     """Write a tiny random ``Qwen2ForCausalLM`` and its tokenizer to ``out_dir``; return the folder.
 
     ``vocab_size`` is the BPE target (at least 256 bytes + 3 special tokens); the model's vocabulary
-    is the trained tokenizer's actual size. Weights depend only on ``seed`` (drawn under a forked RNG,
+    is the trained tokenizer's actual size. ``context``: its ``max_position_embeddings`` (a small one
+    tests the prompt budget). Weights depend only on ``seed`` (drawn under a forked RNG,
     so the caller's global RNG state is untouched).
     """
     if vocab_size < 300:
@@ -124,7 +126,7 @@ def build_tiny_model(
         num_attention_heads=heads,
         # Grouped-query attention like the real models, when the head count allows it.
         num_key_value_heads=heads // 2 if heads % 2 == 0 else heads,
-        max_position_embeddings=4096,
+        max_position_embeddings=context,
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,

@@ -36,9 +36,9 @@ from seed_train.distributed import (barrier, dist_info, gather_lists, init_from_
                                   mean_over_ranks, shard_groups, sum_over_ranks)
 from seed_train.checkpoint import (check_checkpoint, load_checkpoint, load_trainable_state, load_weights_file,
                                    read_checkpoint_meta, save_checkpoint, trainable_state)
-from seed_train.codec import PromptCodec, prompt_codec
+from seed_train.codec import PromptCodec, model_context_tokens, prompt_codec
 from seed_train.config import SeedConfig, SetupError
-from seed_train.evaluate import evaluate_policy, markdown_table, panel_of, write_report
+from seed_train.evaluate import evaluate_policy, markdown_table, panel_of, with_prompt_budget, write_report
 from seed_train.reports import evaluation_label, write_run_report
 from seed_train.generation import GenerationBackend, HFGenerateBackend
 from seed_train.logs import MetricsLogger
@@ -64,7 +64,7 @@ SCORE_BATCH = 16  # micro-batch of the no-grad scoring passes
 def env_spec(cfg: SeedConfig, split: str) -> EnvSpec:
     """How the run builds its envs; ``cfg.reward_mode`` (SEED: 10/0 success reward) unless env_kwargs sets one."""
     return EnvSpec(env_id=cfg.env_id, split=split, template=cfg.env_default("template"),
-                   history=cfg.env_default("history"), action_format=cfg.action_format,
+                   history=cfg.env_default("history"), action_format=cfg.env_default("action_format"),
                    format_penalty=cfg.format_penalty, max_steps=cfg.env_default("max_steps"),
                    env_kwargs={"reward_mode": cfg.reward_mode, **cfg.env_kwargs})
 
@@ -298,11 +298,21 @@ def fix_stage2_start(policy: Policy, cfg: SeedConfig) -> None:
         policy.reference = frozen_copy(policy.model)
 
 
-def eval_decoding(cfg: SeedConfig) -> dict[str, Any]:
-    """evaluate_policy's decoding arguments from the config: greedy, or sampled several times per task."""
+def prompt_budget(cfg: SeedConfig, policy: Policy) -> int:
+    """Prompt tokens a turn may take: ``cfg.max_prompt_tokens``, else the model's context less the tokens a
+    turn generates (0, no limit, when the model's config does not give its context)."""
+    if cfg.max_prompt_tokens:
+        return cfg.max_prompt_tokens
+    context = model_context_tokens(policy.model)
+    return max(1, context - cfg.max_new_tokens) if context else 0
+
+
+def eval_decoding(cfg: SeedConfig, policy: Policy) -> dict[str, Any]:
+    """evaluate_policy's decoding arguments from the config: greedy, or sampled several times per task, and
+    the prompt budget."""
     sampled = cfg.eval_temperature > 0
     return {"greedy": not sampled, "temperature": cfg.eval_temperature if sampled else 1.0,
-            "samples_per_task": cfg.eval_samples}
+            "samples_per_task": cfg.eval_samples, "max_prompt_tokens": prompt_budget(cfg, policy)}
 
 
 def run_eval(policy: Policy, cfg: SeedConfig, name: str, out: Path) -> dict[str, Any]:
@@ -310,7 +320,7 @@ def run_eval(policy: Policy, cfg: SeedConfig, name: str, out: Path) -> dict[str,
     summary = evaluate_policy(policy.backend, policy.codec, env_spec(cfg, cfg.eval_split),
                               max_new_tokens=cfg.max_new_tokens, limit=cfg.eval_limit, seed=cfg.seed,
                               trajectories_path=out / f"{name}.trajectories.jsonl", env_backend=cfg.env_backend,
-                              progress=evaluation_label(name), **eval_decoding(cfg))
+                              progress=evaluation_label(name), **eval_decoding(cfg, policy))
     if dist_info().is_main:
         write_report(summary, out, name)
     return summary
@@ -352,7 +362,7 @@ def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None],
     by_category = Counter(t.category for t in demos)
     say(f"Stage 1: demos by category{' (balanced)' if cfg.stage1_balance_categories else ''}: "
         + ", ".join(f"{name} {n}" for name, n in sorted(by_category.items())))
-    pairs = sft_pairs(demos, policy.codec, cfg.action_format, annotate=stage1_annotator(demos, cfg),
+    pairs = sft_pairs(demos, policy.codec, spec.action_format, annotate=stage1_annotator(demos, cfg),
                       analyzer_images=cfg.analyzer_images, skill_acting=cfg.stage1_skill_acting)
     pairs = repeat_skill_pairs(pairs, cfg.stage1_skill_repeats)
     kinds = Counter(p.kind for p in pairs)
@@ -410,6 +420,7 @@ def seed_iteration(it: int, policy: Policy, optimizer, cfg: SeedConfig, pool: En
                                     "tokens_per_s": stats.generated_tokens / max(stats.generate_s, 1e-9)}))
     metrics.update({"samples": sum_over_ranks(len(batch.samples)),
                     "env_failures": sum_over_ranks(batch.env_failures),
+                    "prompt_overflows": sum_over_ranks(stats.prompt_overflows),
                     # prompt positions the rollout ran through the model (prefix sharing: fewer) vs prompt tokens
                     "prefill_tokens": sum_over_ranks(stats.prefill_tokens),
                     "prompt_tokens": sum_over_ranks(stats.prompt_tokens)})
@@ -425,10 +436,11 @@ def _play_and_score(policy: Policy, cfg: SeedConfig, pool: EnvPool, jobs, rng: n
     with progress_bar(total=len(jobs), desc="rollouts", unit="episode") as bar:
         played = run_episodes(policy.backend, policy.codec, pool, jobs, max_new_tokens=cfg.max_new_tokens,
                               temperature=cfg.temperature, top_p=cfg.top_p, seed=int(rng.integers(2**31)), stats=stats,
-                              on_finished=bar.update)
+                              on_finished=bar.update, max_prompt_tokens=prompt_budget(cfg, policy))
     times["rollout_s"] = time.perf_counter() - t0
-    # An episode whose env crashed (Ray backend) has no steps: leave it out of its group's statistics.
-    trajectories = [t for t in played if not t.meta.get("env_failed")]
+    # An episode whose env crashed (Ray backend) has no steps: leave it out of its group's statistics. (One
+    # whose first prompt was over the budget has none either: nothing to learn from, counted in metrics.)
+    trajectories = [t for t in played if not t.meta.get("env_failed") and t.steps]
     t0 = time.perf_counter()
     skills = skill_source.skills(trajectories, policy, seed=int(rng.integers(2**31)))
     times["analyze_s"] = time.perf_counter() - t0
@@ -448,7 +460,8 @@ def _play_and_score(policy: Policy, cfg: SeedConfig, pool: EnvPool, jobs, rng: n
     for t in trajectories:
         t.meta["opd_beta"] = cfg.opd_beta
         t.meta["opd_gate"] = cfg.opd_gate
-    return IterationBatch(trajectories, len(played) - len(trajectories), skills, samples, scored, times)
+    env_failures = sum(bool(t.meta.get("env_failed")) for t in played)
+    return IterationBatch(trajectories, env_failures, skills, samples, scored, times)
 
 
 def train(cfg: SeedConfig, say: Callable[[str], None] = say_line) -> dict[str, Any]:
@@ -522,7 +535,7 @@ def run(cfg: SeedConfig, say: Callable[[str], None] = say_line) -> dict[str, Any
     if cfg.resume:
         load_checkpoint(cfg.resume, policy.model, optimizer, load_optimizer=layout.load_optimizer_state)
         say(f"resumed from {cfg.resume} at iteration {start}")
-    spec = env_spec(cfg, cfg.train_split)
+    spec = with_prompt_budget(env_spec(cfg, cfg.train_split), policy.codec, prompt_budget(cfg, policy))
     pool, panel = EnvPool(spec, cfg.env_backend), panel_of(spec)
     # (one reset per train task: skipped when no iteration is left to draw tasks for)
     categories = panel_categories(spec, panel) if cfg.stage2_balance_categories and start < cfg.iterations else None

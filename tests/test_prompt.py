@@ -401,6 +401,7 @@ def test_record_constructor_args_rebuild_the_stack():
             "answer_format": "F",
             "insert_after_task": "",
             "prompt_space": None,
+            "prompt_fits": None,
         }
         rebuilt = gym.make(env.spec)
         assert isinstance(rebuilt, PromptRenderer)

@@ -4,6 +4,7 @@ one registration line and this test plays through the whole project unchanged: t
 model, and the trajectory viewer."""
 from __future__ import annotations
 
+import argparse
 import json
 
 import gymnasium as gym
@@ -47,6 +48,22 @@ def test_agent_stack_uses_the_defaults_the_env_declares():
     assert obs["prompt"].startswith("You are playing Word Reverse.")
     assert env.get_wrapper_attr("history") == 1 and env.unwrapped.max_steps == 3
     assert SeedConfig(env_id=ENV_ID).env_default("max_steps") == 3
+    assert env.get_wrapper_attr("format") == "plain"  # the env's declared answer format, not tags
+
+
+def test_trainer_and_seed_eval_play_the_declared_answer_format():
+    """The answer format is the env's unless a run sets one: seed-train's env stack, its Stage 1 pairs and
+    seed-eval's config all follow the env (issue 31: config.py is not a second home for it)."""
+    from seed_train.cli import eval_config
+    from seed_train.trainer import env_spec
+
+    assert env_spec(SeedConfig(env_id=ENV_ID), "test").action_format == "plain"
+    assert env_spec(SeedConfig(env_id=ENV_ID, action_format="tags"), "test").action_format == "tags"
+    assert env_spec(SeedConfig(env_id="seed/EZPoints-v0"), "test").action_format == "tags"  # declares none
+    args = argparse.Namespace(config=None, model="m", env=ENV_ID, split="test", limit=None, max_new_tokens=None,
+                              action_format=None, history=None, env_kwargs=None, device=None, threads=None,
+                              sample=False)
+    assert env_spec(eval_config(args), "test").action_format == "plain"
 
 
 def test_one_seed_iteration_with_the_tiny_model_and_the_viewer(tmp_path):
@@ -56,7 +73,7 @@ def test_one_seed_iteration_with_the_tiny_model_and_the_viewer(tmp_path):
         from seed_envs.viewer import write_viewer
 
     run = tmp_path / "run"
-    cfg = SeedConfig(env_id=ENV_ID, model=str(cached_tiny_model(seed=0)), lora=False, action_format="plain",
+    cfg = SeedConfig(env_id=ENV_ID, model=str(cached_tiny_model(seed=0)), lora=False,
                      max_new_tokens=6, skill_max_new_tokens=8, analyzer_retries=0, stage1_demos=0, iterations=1,
                      tasks_per_iteration=2, group_size=2, minibatch_size=8, eval_before=False, eval_after=False,
                      output_dir=str(run), seed=0)

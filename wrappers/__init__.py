@@ -15,7 +15,7 @@ Stack them with the recorder outermost::
 from wrappers.action_parser import LLMActionParser, ParseResult, format_instructions, format_response, parse_action
 from wrappers.prompt import PromptParts, PromptRenderer, PromptTemplate, TEMPLATES, render_prompt
 from wrappers.stack import agent_defaults, make_agent_env
-from wrappers.recorder import ServedResponse, TokenizedResponse, TrajectoryRecorder
+from wrappers.recorder import PromptOverflow, ServedResponse, TokenizedResponse, TrajectoryRecorder
 from wrappers.trajectory import (
     SCHEMA,
     SCHEMA_VERSION,
@@ -29,6 +29,7 @@ from wrappers.trajectory import (
 __all__ = [
     "LLMActionParser",
     "ParseResult",
+    "PromptOverflow",
     "PromptParts",
     "PromptRenderer",
     "PromptTemplate",

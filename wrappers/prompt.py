@@ -19,7 +19,7 @@ size of the parts; observation text is never cut.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -236,6 +236,10 @@ class PromptRenderer(gym.Wrapper, gym.utils.RecordConstructorArgs):
             skill library); ``""`` for none. Change it between episodes with
             ``env.set_wrapper_attr("insert_after_task", text)``.
         prompt_space: the space of ``obs["prompt"]``; default derived from the text space.
+        prompt_fits: a test of a rendered prompt (e.g. its token count against the model's budget); when
+            a prompt fails it, the oldest history entries are left out until it passes or none is left
+            (``info["history_trimmed"]`` counts them). What still does not fit is the agent's to handle
+            (:class:`wrappers.PromptOverflow`). None: every prompt is kept whole.
     """
 
     def __init__(
@@ -248,6 +252,7 @@ class PromptRenderer(gym.Wrapper, gym.utils.RecordConstructorArgs):
         *,
         insert_after_task: str = "",
         prompt_space: gym.spaces.Space | None = None,
+        prompt_fits: Callable[[str], bool] | None = None,
     ):
         gym.utils.RecordConstructorArgs.__init__(
             self,
@@ -257,6 +262,7 @@ class PromptRenderer(gym.Wrapper, gym.utils.RecordConstructorArgs):
             answer_format=answer_format,
             insert_after_task=insert_after_task,
             prompt_space=prompt_space,
+            prompt_fits=prompt_fits,
         )
         gym.Wrapper.__init__(self, env)
         if template is None:
@@ -281,6 +287,8 @@ class PromptRenderer(gym.Wrapper, gym.utils.RecordConstructorArgs):
             raise ValueError(f"env: observation space must be a Dict with a 'text' entry, got {inner}")
         if "prompt" in inner.spaces:
             raise ValueError("env: observation space already has a 'prompt' entry")
+        if prompt_fits is not None and not callable(prompt_fits):
+            raise ValueError(f"prompt_fits: expected a callable taking a prompt, got {type(prompt_fits).__name__}")
         if prompt_space is not None and not isinstance(prompt_space, gym.spaces.Space):
             raise ValueError(f"prompt_space: expected a gymnasium Space or None, got {type(prompt_space).__name__}")
         self.template = template
@@ -288,6 +296,7 @@ class PromptRenderer(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.show_admissible = bool(show_admissible)
         self.answer_format = answer_format
         self.insert_after_task = insert_after_task
+        self.prompt_fits = prompt_fits
         self.observation_space = gym.spaces.Dict(
             {**inner.spaces, "prompt": prompt_space if prompt_space is not None else _prompt_space(inner["text"], history)}
         )
@@ -323,12 +332,21 @@ class PromptRenderer(gym.Wrapper, gym.utils.RecordConstructorArgs):
         text = obs["text"]
         text = text if isinstance(text, str) else str(text)
         parts = self.build_parts(text, info)
+        prompt = render_prompt(parts)
+        trimmed = 0
+        if self.prompt_fits is not None:
+            while parts.history and not self.prompt_fits(prompt):  # the oldest past step goes first
+                parts.history = parts.history[1:]
+                trimmed += 1
+                prompt = render_prompt(parts)
         self._last_text = text
         self._last_parts = parts
         obs = dict(obs)
-        obs["prompt"] = render_prompt(parts)
+        obs["prompt"] = prompt
         info = dict(info)
         info["prompt_parts"] = parts.to_dict()
+        if trimmed:
+            info["history_trimmed"] = trimmed
         return obs, info
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

@@ -65,6 +65,27 @@ class ServedResponse(str):
         return (ServedResponse, (str(self), self.usage))
 
 
+class PromptOverflow(str):
+    """The action that ends an episode whose next prompt is over the model's prompt budget.
+
+    An agent whose prompt no longer fits its context sends this instead of generating (a cut of the
+    prompt's head would change the task silently; generating past the context fails). The recorder does
+    not step the env with it: it ends the episode truncated, records no step for it, and marks the
+    trajectory ``meta["ended_by"] = "prompt_overflow"`` with the prompt's length and the budget.
+    """
+
+    def __new__(cls, prompt_tokens: int, budget: int):
+        obj = super().__new__(cls, "")
+        obj.prompt_tokens, obj.budget = int(prompt_tokens), int(budget)
+        return obj
+
+    def __reduce__(self):  # vector envs in other processes get it pickled
+        return (PromptOverflow, (self.prompt_tokens, self.budget))
+
+    def __repr__(self) -> str:
+        return f"PromptOverflow(prompt_tokens={self.prompt_tokens}, budget={self.budget})"
+
+
 class TrajectoryRecorder(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Records each episode as a :class:`~wrappers.trajectory.Trajectory` and hands it to ``sink``.
 
@@ -95,7 +116,8 @@ class TrajectoryRecorder(gym.Wrapper, gym.utils.RecordConstructorArgs):
     recorder and not passed on. Token-level fields come with the action (a :class:`TokenizedResponse`)
     or from :meth:`attach_tokens`, called before the step they belong to; a served model's usage comes
     with the action (a :class:`ServedResponse`). An agent that cannot act (an endpoint that kept failing)
-    ends the episode with :meth:`abort_episode`, which still hands it to the sink.
+    ends the episode with :meth:`abort_episode`, which still hands it to the sink; one whose prompt
+    outgrew its context sends a :class:`PromptOverflow`, which ends the episode truncated.
     """
 
     def __init__(
@@ -181,6 +203,8 @@ class TrajectoryRecorder(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return obs, info
 
     def step(self, action: Any):
+        if isinstance(action, PromptOverflow):
+            return self._end_on_overflow(action)
         obs, reward, terminated, truncated, info = self.env.step(action)
         if self._trajectory is not None:
             self._trajectory.steps.append(self._make_step(action, reward, terminated, truncated, info))
@@ -196,6 +220,17 @@ class TrajectoryRecorder(gym.Wrapper, gym.utils.RecordConstructorArgs):
         if self._owned_writer is not None:
             self._owned_writer.close()
         return super().close()
+
+    def _end_on_overflow(self, overflow: PromptOverflow):
+        """Truncate the episode without stepping the env below (it is reset before the next episode)."""
+        obs, info = self._last_obs or {}, dict(self._last_info or {})
+        info.update(prompt_overflow=True, prompt_tokens=overflow.prompt_tokens, prompt_budget=overflow.budget)
+        if self._trajectory is not None:
+            self._trajectory.meta.update(prompt_tokens=overflow.prompt_tokens, prompt_budget=overflow.budget)
+            trajectory = self._finish(info, obs, ended_by="prompt_overflow")
+            if self.trajectory_in_info:
+                info["trajectory"] = trajectory
+        return obs, 0.0, False, True, info
 
     # ------------------------------------------------------------------ internals
     def _make_step(self, action: Any, reward, terminated, truncated, info: dict) -> Step:

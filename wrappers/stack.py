@@ -12,6 +12,7 @@ Recording stays the caller's job: wrap the result in a :class:`wrappers.Trajecto
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -68,6 +69,7 @@ def make_agent_env(
     format_penalty: float = 0.1,
     insert_after_task: str = "",
     env_kwargs: dict | None = None,
+    prompt_fits: Callable[[str], bool] | None = None,
 ) -> gym.Env:
     """``LLMActionParser(PromptRenderer(gym.make(env_id, split=split, max_steps=..., **env_kwargs)))``.
 
@@ -83,6 +85,8 @@ def make_agent_env(
         format_penalty: reward subtracted for a malformed answer.
         insert_after_task: a block placed after the task line in every prompt (e.g. a skill library).
         env_kwargs: further ``gym.make`` arguments (``split`` above takes precedence over one here).
+        prompt_fits: the model's prompt budget as a test of a prompt: the renderer leaves out the oldest
+            history until a prompt passes (:class:`PromptRenderer`); None keeps every prompt whole.
     """
     env_kwargs = dict(env_kwargs or {})
     if max_steps is None and "max_steps" not in env_kwargs:
@@ -93,5 +97,5 @@ def make_agent_env(
     action_format = action_format or default_action_format(env_id)
     env = gym.make(env_id, **kwargs)
     env = PromptRenderer(env, template=template, history=history, answer_format=format_instructions(action_format),
-                         insert_after_task=insert_after_task)
+                         insert_after_task=insert_after_task, prompt_fits=prompt_fits)
     return LLMActionParser(env, format=action_format, format_penalty=format_penalty)

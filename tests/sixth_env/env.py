@@ -49,6 +49,7 @@ class WordReverseEnv(SeedEnv):
         },
         history=1,
         max_steps=3,
+        action_format="plain",  # a try is one bare word: no tags to learn (every player honours this)
     )
 
     def __init__(self, **contract: Any):
