@@ -17,7 +17,7 @@ import json
 import statistics
 from pathlib import Path
 
-from seed_train.experiment import read_metrics
+from seed_train.logs import read_metrics
 
 
 def per_seed_means(root: Path, arm: str, seeds: list[int], metric: str) -> dict[int, float]:

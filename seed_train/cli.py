@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from seed_train.config import SeedConfig, SetupError, _read_yaml
+from seed_train.config import SeedConfig, SetupError, _read_yaml, field_default
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -310,19 +310,19 @@ def main_eval(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=None, help="local HF model folder (or smollm2-135m); with --endpoint, "
                                                  "the model name the server knows")
     p.add_argument("--env", default=None, help="registered env id")
-    p.add_argument("--split", default=None, help="split (default: unseen)")
+    p.add_argument("--split", default=None, help=f"split (default: {field_default('eval_split')})")
     p.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="sampling seeds (default 0; with --config the run's seed); several imply --sample (greedy "
                         "decoding would give every seed the same result) and aggregate to mean ± sd. Spread over "
                         "training runs: seed-eval aggregate")
     p.add_argument("--sample", action="store_true", help="sample (temperature 1) instead of greedy decoding")
     p.add_argument("--limit", type=int, default=None, help="only N panel tasks, spread over it (default: all)")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="default 48")
-    p.add_argument("--action-format", default=None, help="default tags")
-    p.add_argument("--history", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=None, help=f"default {field_default('max_new_tokens')}")
+    p.add_argument("--action-format", default=None, help="default: the env's own")
+    p.add_argument("--history", type=int, default=None, help="default: the env's own")
     p.add_argument("--env-kwargs", type=SeedConfig.json_argument, default=None, help="extra gym.make arguments [JSON]")
     p.add_argument("--out", default="runs/eval", help="folder for the JSON and markdown reports")
-    p.add_argument("--device", default=None, help="default cpu")
+    p.add_argument("--device", default=None, help=f"default {field_default('device')}")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads; 0 (default) = the CPUs this process may use, less those other processes "
                         "keep busy")
@@ -409,10 +409,11 @@ def eval_endpoint(args: argparse.Namespace, cfg: SeedConfig) -> int:
 
 
 # seed-eval's flags that stand for config fields, and their values without --config.
-_EVAL_FLAGS = {"env": ("env_id", None), "split": ("eval_split", "unseen"), "limit": ("eval_limit", 0),
-               "max_new_tokens": ("max_new_tokens", 48), "action_format": ("action_format", None),
-               "history": ("history", None), "env_kwargs": ("env_kwargs", {}), "device": ("device", "cpu"),
-               "threads": ("threads", 0)}
+# seed-eval's flags that stand for config fields; without --config each falls back to the field's own
+# default (SeedConfig), except --env, which is required.
+_EVAL_FLAGS = {"env": "env_id", "split": "eval_split", "limit": "eval_limit", "max_new_tokens": "max_new_tokens",
+               "action_format": "action_format", "history": "history", "env_kwargs": "env_kwargs",
+               "device": "device", "threads": "threads"}
 
 
 def eval_config(args: argparse.Namespace) -> SeedConfig:
@@ -420,7 +421,7 @@ def eval_config(args: argparse.Namespace) -> SeedConfig:
 
     With ``--config`` the model is the run's ``final/`` folder unless ``--model`` names one, and decoding
     is the run's (``eval_temperature``, ``eval_samples``); without it, greedy unless ``--sample``."""
-    given = {field: getattr(args, flag) for flag, (field, _) in _EVAL_FLAGS.items() if getattr(args, flag) is not None}
+    given = {field: getattr(args, flag) for flag, field in _EVAL_FLAGS.items() if getattr(args, flag) is not None}
     if args.config:
         path = Path(args.config)
         if not path.is_file():
@@ -440,7 +441,7 @@ def eval_config(args: argparse.Namespace) -> SeedConfig:
         if not args.env:
             raise ValueError("--env: required (or --config RUN/config.json)")
         model = args.model
-        base = {field: default for field, default in _EVAL_FLAGS.values() if default is not None}
+        base = {field: field_default(field) for field in _EVAL_FLAGS.values() if field != "env_id"}
         base.update(eval_temperature=1.0 if args.sample else 0.0, eval_samples=1)
     # An evaluation loads a saved policy folder whole: no LoRA to add, and transformers' generate.
     return SeedConfig.from_dict({**base, **given, "model": model, "lora": False, "generation_backend": "hf"})

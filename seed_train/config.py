@@ -51,6 +51,8 @@ class SetupError(ValueError):
     exits with status 2, as it does for a bad config field.
     """
 
+# The choices of enumerated fields. Each list's owner is the module that acts on it (config.py stays free
+# of torch and of the env packages, so it restates them); tests/test_config_owners.py holds them equal.
 SKILL_SOURCES = ("on_policy", "shuffled", "shuffled_tasks", "shuffled_categories", "wrong_rule", "frozen", "static",
                  "static_wrong", "empty", "none")
 OPD_GATES = ("sigmoid", "constant")
@@ -64,7 +66,7 @@ BASELINES: dict[str, dict[str, Any]] = {
     "SEED": {},
 }
 ADVANTAGES = ("grpo", "grpo_mean", "gigpo")
-ENV_BACKENDS = ("sync", "async", "ray")  # seed_train.env_backends (not imported here: config stays light)
+ENV_BACKENDS = ("sync", "async", "ray")
 GENERATION_BACKENDS = ("hf", "vllm")
 
 def _read_yaml(path: str | Path) -> dict[str, Any]:
@@ -476,6 +478,13 @@ class SeedConfig:
             if value is not None:
                 data[f.name] = value
         return cls.from_dict(data)
+
+
+def field_default(name: str) -> Any:
+    """The default of SeedConfig field ``name`` (a fresh copy for a list or dict): what other commands that
+    take a field's value (seed-eval) fall back to, so no default is stated twice."""
+    f = {f.name: f for f in fields(SeedConfig)}[name]
+    return f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
 
 
 @lru_cache(maxsize=None)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
 from seed_train.config import SeedConfig
+from seed_train.logs import read_metrics
 from seed_train.seed_statistics import COMPARISON_HEADER, READING_NOTE, comparison_row, sample_sd
 
 # name -> (config overrides, what the arm is). Values other engineers' fields need ("shuffled_tasks",
@@ -565,13 +566,6 @@ def category_table(policies: dict[str, Any]) -> list[str]:
             cells.append("" if r is None else f"{r['success_mean']:.3f} ± {r['success_sd']:.3f} ({per_seed})")
         lines.append(f"| {POLICY_LABELS.get(name, f'`{name}`')} | " + " | ".join(cells) + " |")
     return lines
-
-
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def plot_curves(experiment: Experiment) -> list[Path]:

@@ -39,6 +39,18 @@ def _records(path: Path) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """A run's metrics records, one per iteration (``path``: its ``metrics.jsonl`` or the run folder); [] when
+    there is none. The one reader of the file (reports, experiments, records and benchmarks use it): a torn
+    line of a killed run is skipped with a warning, a line without an iteration number is left out."""
+    file = Path(path)
+    if file.is_dir():
+        file = file / "metrics.jsonl"
+    if not file.is_file():
+        return []
+    return [record for _, record in _records(file) if isinstance(record.get("iteration"), int)]
+
+
 def value_limits(values: list[float]) -> tuple[float, float]:
     """y limits of a panel: the values with 8% margins, and a readable span around a single or constant
     value (matplotlib's own is +-5% of it, down to 1e-15-wide axes for values near 0)."""
@@ -79,9 +91,7 @@ class MetricsLogger:
             self._tb.flush()
 
     def history(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        return read_metrics(self.path)
 
     def plot(self, path: str | Path | None = None) -> Path:
         """``curves.png``: one panel per metric over updates (iterations); rewritten after every update.

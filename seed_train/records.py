@@ -191,7 +191,7 @@ def unit_skills(unit: dict[str, Any]) -> list[list[Any]]:
 
 def unit_entry(experiment: Any, unit: Any) -> dict[str, Any]:
     """The record line of one finished unit of ``experiment`` (a :class:`seed_train.experiment.Experiment`)."""
-    from seed_train.experiment import read_metrics
+    from seed_train.logs import read_metrics
     from wrappers import read_trajectories
 
     result = json.loads(unit.results_path.read_text())

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from seed_train.logs import read_metrics
+
 FIGURE_DPI = 100
 
 
@@ -250,21 +252,6 @@ def _iteration_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def _metrics_rows(path: Path) -> list[dict[str, Any]]:
-    """metrics.jsonl's records (a torn line of a killed run skipped)."""
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("iteration"), int):
-            rows.append(record)
-    return rows
-
-
 def _viewer(run: Path, write: bool) -> str:
     """The trajectory viewer's section: writes RUN/viewer.html (wrappers.viewer) when asked and the run's
     trajectory files are small enough, and links it; else says how to make it."""
@@ -344,7 +331,7 @@ def write_run_report(run_dir: str | Path, *, viewer: bool = True, samples: int =
             parts.append(f"<p>Loaded from <code>{html.escape(str(results['stage1_from']))}</code></p>")
 
     parts.append("<h2>Training (Stage 2)</h2>")
-    rows = _metrics_rows(run / "metrics.jsonl")
+    rows = read_metrics(run)
     if rows:
         parts.append(_image_tag(_replot_curves(run, rows), "training curves"))
         parts.append(_iteration_table(rows))

@@ -39,6 +39,7 @@ def episode_group_index(trajectories: Sequence[Trajectory]) -> torch.Tensor:
     return torch.tensor([ids[t.group_id or t.episode_id] for t in trajectories])
 
 
+ADVANTAGE_METHODS = ("grpo", "grpo_mean", "gigpo")
 GROUP_STATS = ("steps", "episodes")
 FORMAT_PENALTY_ON = ("step", "episode")
 
@@ -65,6 +66,8 @@ def step_advantages(trajectories: Sequence[Trajectory], *, method: str = "grpo",
 
     The defaults here (``episodes`` / ``episode``) are plain GRPO on episode returns broadcast to the steps.
     """
+    if method not in ADVANTAGE_METHODS:
+        raise ValueError(f"method: expected one of {ADVANTAGE_METHODS}, got {method!r}")
     if group_stats not in GROUP_STATS:
         raise ValueError(f"group_stats: expected one of {GROUP_STATS}, got {group_stats!r}")
     if format_penalty_on not in FORMAT_PENALTY_ON:
