@@ -39,7 +39,7 @@ def fail(prog: str, error: object) -> int:
     print(f"{prog}: {one_line(error)}", file=sys.stderr)
     return 2
 
-#: The main job: sized from measurements on a 2-core CPU (see README "Quickstart budget").
+#: The main job: sized from measurements on a 2-core CPU (docs/quickstart.md, "Quickstart budget").
 QUICKSTART = {
     "env_id": "seed/EZPoints-v0",
     "model": "smollm2-135m",

@@ -8,7 +8,8 @@ Two sources, both under ``docs/results/``:
 - ``records/*.jsonl``: experiment records (:mod:`seed_train.records`): per-episode outcomes, skills,
   metrics and commands; every table is rebuilt from them with the experiment's own report code;
 - ``transcribed.json``: per-seed success rates of experiments run before records were kept, transcribed
-  from docs/trainer.md's tables (their folders are gone: no per-episode data); restated at seed level.
+  from the narrative's tables (docs/results.md; their folders are gone: no per-episode data); restated at
+  seed level.
 
 Each comparison is one row of :data:`seed_train.seed_statistics.COMPARISON_HEADER`; p-values are Holm-
 adjusted within each experiment (the family its conclusions are drawn from).
@@ -107,30 +108,30 @@ def results_block() -> str:
         lines += success_table(splits, seeds) + [""] + comparison_table(e["seed_level"]) + [""]
     for e in transcribed_experiments():
         lines += [f"### {e['label']} (transcribed, no record)", "",
-                  f"Seeds {', '.join(map(str, e['seeds']))}; commands and narrative: [{e['section']}]"
+                  f"Seeds {', '.join(map(str, e['seeds']))}; commands and narrative: [below]"
                   f"({_link(e['section'])})." + (f" {e['precision']}." if e.get("precision") else ""), ""]
         lines += success_table(e["splits"], e["seeds"]) + [""] + comparison_table(e["seed_level"]) + [""]
     return "\n".join(lines).rstrip()
 
 
 def _link(section: str) -> str:
-    """docs/trainer.md#x as a link from docs/results.md."""
-    return section.replace("docs/", "", 1)
+    """A section of docs/results.md (``docs/results.md#x``) as a link from that page: ``#x``."""
+    return "#" + section.split("#", 1)[1]
 
 
 def readme_block() -> str:
-    """README's compact table: per experiment, SEED against SFT+GRPO and against its content controls, at
-    seed level (mean difference over seeds with its interval, and the exact test's p with its floor)."""
+    """README's compact table: per experiment, SEED against SFT+GRPO and against its content controls on the
+    test panel, at seed level (mean difference over seeds with its interval, and the exact test's p with its floor)."""
     rows = ["| experiment | seeds | split | comparison | mean difference [95% CI] | sign-flip p (floor) | detectable |",
             "|---|---:|---|---|---|---|---:|"]
-    wanted = {("seed", "sft-grpo"), ("sft-grpo", "after Stage 1"), ("seed", "seed-shuffled-tasks"),
+    wanted = {("seed", "sft-grpo"), ("seed", "seed-shuffled-tasks"),
               ("seed", "seed-empty"), ("seed", "seed-wrong-rule"), ("seed", "seed-shuffled-categories"),
               ("seed-static", "seed-static-wrong"), ("seed-static", "seed-empty"), ("seed-static", "sft-grpo")}
     sources = [(e["name"] + " (record)", e["seed_level"]) for e in recorded_experiments()]
     sources += [(e["name"], e["seed_level"]) for e in transcribed_experiments()]
     for name, comparisons in sources:
-        for c in comparisons:
-            if (c["a"], c["b"]) not in wanted:
+        for c in comparisons:  # the test panel only (unseen and every other pair: docs/results.md)
+            if (c["a"], c["b"]) not in wanted or c["split"] not in ("test", "test (score)"):
                 continue
             lo, hi = c["ci95"]
             rows.append(f"| {name} | {c['n']} | {c['split']} | {c['a']} − {c['b']} | {c['mean_diff']:+.3f} "
