@@ -16,7 +16,7 @@ import gymnasium as gym
 
 from seed_envs.core import INFO_KEYS, Expert, SeedEnv
 
-__all__ = ["ENV_IDS", "HINDSIGHT_RULES", "INFO_KEYS", "SeedEnv", "hindsight_rule_for", "make_expert", "register_envs",
+__all__ = ["ENV_IDS", "INFO_KEYS", "SeedEnv", "hindsight_rule_for", "make_expert", "register_envs",
            "wrong_rule_for"]
 __version__ = "0.1.0"
 
@@ -30,42 +30,45 @@ ENV_IDS: dict[str, str] = {
     "seed/CodeLock-v0": "seed_envs.codelock.env:make",  # the trainer's positive control, not a paper benchmark
 }
 
-#: Each env's hindsight rules (module:function, imported lazily): what its agent should learn from a
-#: finished episode (see seed_envs.hindsight). Other ids get the generic rules.
-HINDSIGHT_RULES: dict[str, str] = {
-    "seed/Sokoban-v0": "seed_envs.sokoban.hindsight:hindsight_rule",
-    "seed/EZPoints-v0": "seed_envs.ezpoints.hindsight:hindsight_rule",
-    "seed/ALFWorld-v0": "seed_envs.alfworld.hindsight:hindsight_rule",
-    "seed/SearchQA-v0": "seed_envs.searchqa.hindsight:hindsight_rule",
-    "seed/WebShop-v0": "seed_envs.webshop.hindsight:hindsight_rule",
-    "seed/CodeLock-v0": "seed_envs.codelock.hindsight:hindsight_rule",
-}
+
+def _declared(env_id: str | None, what: str):
+    """The function the env of ``env_id`` declares as ``agent_defaults.<what>`` (an entry point, imported
+    here), or None: an id not registered, or an env that declares none. Read from the registry's entry
+    point, so no env is built."""
+    import importlib
+
+    if not env_id:
+        return None
+    try:  # (gymnasium's "module:id" form: the module is imported by now, or the id is unknown)
+        creator = gym.spec(env_id.split(":")[-1]).entry_point
+    except gym.error.Error:
+        return None
+    if isinstance(creator, str):
+        creator = gym.envs.registration.load_env_creator(creator)
+    target = getattr(getattr(creator, "agent_defaults", None), what, None)
+    if not target:
+        return None
+    module, _, function = target.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def hindsight_rule_for(env_id: str | None):
-    """The function ``(seed_envs.hindsight.EpisodeRecord) -> HindsightRule`` of ``env_id``.
+    """The function ``(seed_envs.hindsight.EpisodeRecord) -> HindsightRule`` the env of ``env_id`` declares
+    (``agent_defaults.hindsight``), for any registered env, in this package or not.
 
-    Accepts ``"seed/Sokoban-v0"`` and gymnasium's ``"seed_envs:seed/Sokoban-v0"``; any other id (or
-    None) gets :func:`seed_envs.hindsight.generic_rule`.
+    Accepts ``"seed/Sokoban-v0"`` and gymnasium's ``"seed_envs:seed/Sokoban-v0"``; an env that declares
+    none, an unregistered id or None gets :func:`seed_envs.hindsight.generic_rule`.
     """
-    import importlib
+    from seed_envs.hindsight import generic_rule
 
-    name = (env_id or "").split(":")[-1]
-    module, _, function = HINDSIGHT_RULES.get(name, "seed_envs.hindsight:generic_rule").partition(":")
-    return getattr(importlib.import_module(module), function)
+    return _declared(env_id, "hindsight") or generic_rule
 
 
 def wrong_rule_for(env_id: str | None):
     """The env's wrong-rule rewriter ``(skill_text, category) -> skill_text`` for the content controls
-    (``wrong_rule`` beside ``hindsight_rule`` in its hindsight module: a skill of the same format whose rule
-    is wrong for the category), or None where the env declares none."""
-    import importlib
-
-    name = (env_id or "").split(":")[-1]
-    if name not in HINDSIGHT_RULES:
-        return None
-    module = importlib.import_module(HINDSIGHT_RULES[name].partition(":")[0])
-    return getattr(module, "wrong_rule", None)
+    (``agent_defaults.wrong_rule``: a skill of the same format whose rule is wrong for the category), or
+    None where the env declares none."""
+    return _declared(env_id, "wrong_rule")
 
 
 def register_envs() -> None:

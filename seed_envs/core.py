@@ -91,6 +91,9 @@ class AgentDefaults:
     template's text. ``max_steps`` is the *agent's* step budget (the ``max_steps`` the trainer and the
     adapters pass to ``gym.make``); None means the env's own ``default_max_steps``. ``tool_verbs`` are
     the env's actions as typed tools (TRL's tool calling); empty means one generic ``act(action)``.
+    ``hindsight``: the env's hindsight rule as a ``"module:function"`` entry point, imported only when a
+    trainer annotates an episode (:func:`seed_envs.hindsight_rule_for`; None: the generic rule);
+    ``wrong_rule``: likewise its wrong-rule rewriter for the content controls (None: the env has none).
     """
 
     prompt: Mapping[str, str] = field(default_factory=dict)
@@ -98,6 +101,8 @@ class AgentDefaults:
     max_steps: int | None = None
     action_format: str = "tags"
     tool_verbs: tuple[ToolVerb, ...] = ()
+    hindsight: str | None = None
+    wrong_rule: str | None = None
 
 
 #: The sentence that tells an agent to pick from the listed actions (envs that list admissible actions).

@@ -51,6 +51,23 @@ def test_agent_stack_uses_the_defaults_the_env_declares():
     assert env.get_wrapper_attr("format") == "plain"  # the env's declared answer format, not tags
 
 
+def test_its_hindsight_rule_is_declared_on_the_env_and_used_by_stage1():
+    from sixth_env.hindsight import SUCCESS_RULES, hindsight_rule
+
+    from seed_train.skills import rule_based_skill
+    from wrappers import TrajectoryRecorder
+
+    assert seed_envs.hindsight_rule_for(ENV_ID) is hindsight_rule
+    assert seed_envs.wrong_rule_for(ENV_ID) is None  # declares none: the wrong-rule controls refuse it
+    env = make_agent_env(ENV_ID, split="train")
+    got = []
+    recorder = TrajectoryRecorder(env, sink=got.append, env_id=ENV_ID)
+    obs, info = recorder.reset(seed=0)
+    recorder.step(seed_envs.make_expert(recorder)(obs, info))
+    skill = rule_based_skill(got[0])
+    assert got[0].success and skill.text == SUCCESS_RULES["reverse"]
+
+
 def test_trainer_and_seed_eval_play_the_declared_answer_format():
     """The answer format is the env's unless a run sets one: seed-train's env stack, its Stage 1 pairs and
     seed-eval's config all follow the env (issue 31: config.py is not a second home for it)."""

@@ -137,6 +137,7 @@ class AlfWorldEnv(SeedEnv):
             ToolVerb("act", "Any other action, e.g. 'heat egg 1 with microwave 1', 'look'.", "{action}",
                      {"action": "the action text"}),
         ),
+        hindsight="seed_envs.alfworld.hindsight:hindsight_rule",
     )
 
     def __init__(

@@ -113,6 +113,8 @@ class CodeLockEnv(SeedEnv):
         },
         history=0,  # the observation shows the letters entered so far
         max_steps=CODE_LENGTH + 2,
+        hindsight="seed_envs.codelock.hindsight:hindsight_rule",
+        wrong_rule="seed_envs.codelock.hindsight:wrong_rule",
     )
 
     def __init__(self, *, num_families: int | None = None, **contract: Any):

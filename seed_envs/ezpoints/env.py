@@ -133,6 +133,8 @@ class EZPointsEnv(SeedEnv):
         },
         history=2,
         max_steps=8,
+        hindsight="seed_envs.ezpoints.hindsight:hindsight_rule",
+        wrong_rule="seed_envs.ezpoints.hindsight:wrong_rule",
     )
 
     def __init__(

@@ -189,6 +189,7 @@ class SearchQAEnv(SeedEnv):
         },
         history=4,
         max_steps=4,
+        hindsight="seed_envs.searchqa.hindsight:hindsight_rule",
     )
 
     def __init__(

@@ -180,6 +180,7 @@ class SokobanEnv(SeedEnv):
         history=2,
         max_steps=15,
         tool_verbs=tuple(ToolVerb(d, f"Move {d} (pushes a box in the way).", d) for d in ("up", "down", "left", "right")),
+        hindsight="seed_envs.sokoban.hindsight:hindsight_rule",
     )
 
     def __init__(

@@ -173,6 +173,7 @@ class WebShopEnv(SeedEnv):
         },
         history=2,
         max_steps=15,
+        hindsight="seed_envs.webshop.hindsight:hindsight_rule",
     )
 
     def __init__(

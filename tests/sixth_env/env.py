@@ -50,6 +50,7 @@ class WordReverseEnv(SeedEnv):
         history=1,
         max_steps=3,
         action_format="plain",  # a try is one bare word: no tags to learn (every player honours this)
+        hindsight="sixth_env.hindsight:hindsight_rule",  # what Stage 1 annotates episodes with
     )
 
     def __init__(self, **contract: Any):
