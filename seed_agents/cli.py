@@ -5,6 +5,7 @@
     seed-envs eval seed/EZPoints-v0 --split unseen --agent expert
     seed-envs record seed/Sokoban-v0 --split train --agent random --episodes 20 --out traj.jsonl
     seed-envs view traj.jsonl --out report.html        # or a run folder; one self-contained HTML file
+    seed-envs check seed/Sokoban-v0                    # the env contract, PASS / FAIL per check
     seed-envs eval seed/EZPoints-v0 --split unseen --agent openai --base-url http://127.0.0.1:8080/v1 \
         --model smollm2 --concurrency 4                # any OpenAI-compatible endpoint (docs/endpoints.md)
 """
@@ -199,6 +200,38 @@ def cmd_make_alfworld(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    import importlib
+
+    from seed_agents.contract import ContractChecker
+
+    for package in args.imports:
+        importlib.import_module(package)
+    if args.env_id not in gym.registry:
+        print(f"seed-envs check: {args.env_id!r} is not registered (an out-of-tree env: --import its package)",
+              file=sys.stderr)
+        return 2
+    kwargs = json.loads(args.kwargs) if args.kwargs else {}
+    checks = ContractChecker.CHECKS
+    only = None
+    if args.only:
+        only = tuple(c.replace("-", "_") for c in args.only)
+        unknown = [c for c in only if c not in checks]
+        if unknown:
+            print(f"seed-envs check: unknown checks {unknown}; checks: {', '.join(c.replace('_', '-') for c in checks)}",
+                  file=sys.stderr)
+            return 2
+    checker = ContractChecker(args.env_id, kwargs, registered_by=(args.imports or ["seed_envs"])[0],
+                              episodes=args.episodes, junk=args.junk, threads=args.threads)
+    results = checker.run(only)
+    for r in results:
+        print(f"{r.status:<4}  {r.name:<13} {r.detail}")
+    failed = [r.name for r in results if r.status == "FAIL"]
+    print(f"{args.env_id}: {len(results) - len(failed)}/{len(results)} checks passed or skipped"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="seed-envs", description="seed-gym environments")
     sub = p.add_subparsers(dest="command", required=True)
@@ -250,6 +283,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", required=True, help="output .html")
     sp.add_argument("--no-images", dest="no_images", action="store_true", help="leave images out (smaller file)")
     sp.set_defaults(fn=cmd_view)
+    sp = sub.add_parser("check", help="check an env against the environment contract (PASS / FAIL per check)",
+                        description="The contract of docs/environments.md, for any registered env: "
+                                    "seed_agents/contract.py lists the checks. Exit status 1 when one fails.")
+    sp.add_argument("env_id", help="a registered id (an out-of-tree env: name its package with --import)")
+    sp.add_argument("--import", dest="imports", action="append", default=[], metavar="PACKAGE",
+                    help="a package whose import registers the env (repeatable); default: seed_envs")
+    sp.add_argument("--kwargs", default=None, help="JSON object of gym.make arguments (e.g. a split)")
+    sp.add_argument("--episodes", type=int, default=5, help="episodes per check that plays some")
+    sp.add_argument("--junk", type=int, default=200, help="junk actions sent")
+    sp.add_argument("--threads", type=int, default=4, help="threads of the concurrency check")
+    sp.add_argument("--only", nargs="+", default=None, metavar="CHECK", help="run only these checks")
+    sp.set_defaults(fn=cmd_check)
     sp = sub.add_parser("make-alfworld", help="generate ALFWorld games (planner-checked) in alfworld's data layout")
     sp.add_argument("--n", type=int, required=True, help="games per split")
     sp.add_argument("--seed", type=int, default=0)

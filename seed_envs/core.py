@@ -270,11 +270,12 @@ class SeedEnv(gym.Env[dict, str]):
             self._task = self._start_task(self._draw_task_id(self.np_random))
         elif not isinstance(task_id, str):
             raise ValueError(f"reset options: task_id must be a str, got {type(task_id).__name__}")
+        elif task_id not in self.task_ids():  # the caller's option is wrong (not this env's or split's task)
+            raise ValueError(f"reset options: unknown task_id {task_id!r} for split {self.split!r}")
         else:
-            try:
-                self._task = self._start_task(task_id)
-            except ValueError as e:  # a task id not of this env or split: the caller's option is wrong
-                raise ValueError(f"reset options: {e}") from e
+            # An error while loading a task of the panel is the env's (its engine, its data), reported as
+            # the env raised it, never as a bad option.
+            self._task = self._start_task(task_id)
         self._step_count = 0
         self._last_invalid = False
         self._feedback = ""

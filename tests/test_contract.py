@@ -214,6 +214,15 @@ def test_make_expert_wins_seeded_episodes_on_every_split(env_id):
         assert all(wins), f"{split}: expert won {sum(wins)}/10"
 
 
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_episodes_played_in_threads_equal_the_same_played_one_by_one(env_id):
+    """Thread safety is part of the contract (issue 34): ``seed-envs eval --concurrency N`` plays a panel
+    in threads, one env each."""
+    from seed_agents.contract import ContractChecker
+
+    ContractChecker(env_id, {"split": "test"}, threads=4).check_threads()
+
+
 def test_make_expert_refuses_other_envs():
     with pytest.raises(TypeError):
         seed_envs.make_expert(gym.make("CartPole-v1"))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from functools import lru_cache
@@ -30,6 +31,13 @@ from typing import Any
 
 #: Games whose translations are kept per process (an eval panel of 134-140 games fits).
 MAX_CACHED_GAMES = 256
+
+#: Serialises what the engine shares across a process's threads (envs played in threads by
+#: ``seed-envs eval --concurrency N``): fast-downward's PDDL translator (module-level options, and it
+#: rewrites ``sys.argv``), these caches, and the type set of a GameLogic that games of one domain share.
+#: Only loads and first resets of a game take it; steps run in parallel. (textworld's tatsu parsers, used
+#: at every step, are made per-thread instead: :func:`thread_local_parsers`.)
+ENGINE_LOCK = threading.RLock()
 
 
 class LRUCache:
@@ -89,7 +97,8 @@ def _pddl2sas_keeping_argv(domain: str, problem: str, optimize: bool) -> tuple[A
 def translate(domain: str, problem: str, optimize: bool) -> tuple[Any, str]:
     """``fast_downward.pddl2sas(domain, problem, optimize=optimize)``, computed once per text."""
     key = (digest(domain, problem), optimize)
-    return _TRANSLATIONS.get_or_compute(key, lambda: _pddl2sas_keeping_argv(domain, problem, optimize))
+    with ENGINE_LOCK:
+        return _TRANSLATIONS.get_or_compute(key, lambda: _pddl2sas_keeping_argv(domain, problem, optimize))
 
 
 def game_logic(domain: str, grammar: str) -> Any:
@@ -102,7 +111,41 @@ def game_logic(domain: str, grammar: str) -> Any:
         logic.grammar.__class__ = cached_grammar_class()  # same data, cached parsing
         return logic
 
-    return _LOGICS.get_or_compute(digest(domain, grammar), build)
+    with ENGINE_LOCK:
+        return _LOGICS.get_or_compute(digest(domain, grammar), build)
+
+
+class ThreadLocalParser:
+    """Stands in for one of textworld's module-level tatsu parsers: each thread parses with its own.
+
+    A tatsu parser keeps its rule stack and memo tables on the instance, so two threads parsing with
+    textworld's single ``_PARSER`` corrupt each other's state ("pop from empty list", ``KeyError: (7, 0)``
+    in tatsu's ``contexts.py``). textworld parses at every step (rule conditions, templates), so a lock
+    would serialise whole episodes; a parser per thread costs one construction per thread.
+    """
+
+    def __init__(self, factory: Callable[[], Any]):
+        self._factory = factory
+        self._local = threading.local()
+
+    def parse(self, *args: Any, **kwargs: Any) -> Any:
+        parser = getattr(self._local, "parser", None)
+        if parser is None:
+            parser = self._local.parser = self._factory()
+        return parser.parse(*args, **kwargs)
+
+
+@lru_cache(maxsize=1)
+def thread_local_parsers() -> None:
+    """Put a :class:`ThreadLocalParser` in place of textworld's two module-level parsers (the grammar's and
+    the logic's), once per process, before any engine parses."""
+    from textworld import logic
+    from textworld.envs.pddl import textgen
+
+    textgen._PARSER = ThreadLocalParser(
+        lambda: textgen.CSGParser(semantics=textgen.CSGModelBuilderSemantics(), parseinfo=True))
+    logic._PARSER = ThreadLocalParser(
+        lambda: logic.GameLogicParser(semantics=logic.GameLogicModelBuilderSemantics(), parseinfo=True))
 
 
 @lru_cache(maxsize=1)

@@ -55,6 +55,8 @@ def engine_classes() -> tuple[type, type]:
     from textworld.envs.pddl import logic as pddl_logic
     from textworld.logic import Proposition, Variable
 
+    cache.thread_local_parsers()  # envs in threads must not share textworld's parsers
+
     class CachedPddlState(pddl_logic.PddlState):
         """textworld 1.7's ``PddlState.__init__`` with the two translations taken from the cache."""
 
@@ -71,11 +73,12 @@ def engine_classes() -> tuple[type, type]:
             self.task, self.sas = cache.translate(logic.domain, pddl_problem, optimize=False)
             _, self.sas_replan = cache.translate(logic.domain, pddl_problem, optimize=True)
             self._actions = {a.name: a for a in self.task.actions}
-            for type_ in self.task.types:
-                try:
-                    logic.types.add(textworld.logic.Type(type_.name, type_.supertype_names))
-                except ValueError:
-                    pass  # already known: the logic object is shared between resets
+            with cache.ENGINE_LOCK:  # the logic object is shared by every game of the domain, in any thread
+                for type_ in self.task.types:
+                    try:
+                        logic.types.add(textworld.logic.Type(type_.name, type_.supertype_names))
+                    except ValueError:
+                        pass  # already known: the logic object is shared between resets
             self.downward_lib.load_sas(self.sas.encode("utf-8"))
             self.downward_lib.load_sas_replan(self.sas_replan.encode("utf-8"))
             self.name2type = {o.name: o.type_name for o in self.task.objects}
@@ -283,7 +286,8 @@ class AlfWorldGame:
             # fast-downward's translator reports some PDDL errors with sys.exit; a bad game file
             # must not end the host process.
             name = source if isinstance(source, (str, os.PathLike)) else "<game data>"
-            raise GameFileError(f"ALFWorld game file {name}: the engine cannot load it ({type(e).__name__}: {e})") from e
+            raise GameFileError(f"ALFWorld game file {name}: the textworld engine failed to load it "
+                                f"({type(e).__name__}: {e})") from e
         self.data = self.engine.unwrapped._game_data
         self.format = game_format(self.data)
         self.targets = goal_targets(category, self.data["pddl_problem"])
