@@ -177,6 +177,18 @@ def _eval_mode(model: Any) -> Iterator[None]:
         model.train(was_training)
 
 
+def _check_rows(prompts: Sequence[Sequence[int]], row_seeds: Sequence[int] | None,
+                row_keys: Sequence[Hashable] | None) -> None:
+    """One seed and one distinct key per prompt, when given."""
+    if row_seeds is not None and len(row_seeds) != len(prompts):
+        raise ValueError(f"row_seeds: {len(row_seeds)} seeds for {len(prompts)} prompts")
+    if row_keys is not None:
+        if len(row_keys) != len(prompts):
+            raise ValueError(f"row_keys: {len(row_keys)} keys for {len(prompts)} prompts")
+        if len(set(row_keys)) != len(row_keys):
+            raise ValueError("row_keys: every prompt needs a key of its own (found a key twice)")
+
+
 def _first_stop(ids: Sequence[int], stop_ids: frozenset[int]) -> int | None:
     for i, tok in enumerate(ids):
         if tok in stop_ids:
@@ -561,25 +573,49 @@ class HFGenerateBackend:
         call are dropped). Without ``row_keys`` nothing is kept.
         """
         import torch
-        from transformers import GenerationConfig, LogitsProcessorList
 
         from seed_train.scoring import cache_argument
-        from seed_train.vision import check_image_prompts, model_vision_kwargs, vision_special_ids
+        from seed_train.vision import check_image_prompts, vision_special_ids
 
         _validate(prompts, max_new_tokens, temperature, top_p)
-        if row_seeds is not None and len(row_seeds) != len(prompts):
-            raise ValueError(f"row_seeds: {len(row_seeds)} seeds for {len(prompts)} prompts")
-        if row_keys is not None:
-            if len(row_keys) != len(prompts):
-                raise ValueError(f"row_keys: {len(row_keys)} keys for {len(prompts)} prompts")
-            if len(set(row_keys)) != len(row_keys):
-                raise ValueError("row_keys: every prompt needs a key of its own (found a key twice)")
+        _check_rows(prompts, row_seeds, row_keys)
         if not prompts:
             return []
         device = self._device()
         keep_turns = row_keys is not None and self.turn_reuse and self._shares_prefixes(prompts)
         if not keep_turns or (self._turns and self._turns_version != _weights_version(self.model)):
             self.forget()  # no keys (nothing to match), reuse off, or the weights changed since
+        config, processors = self._decoding(max_new_tokens, temperature, top_p, greedy, row_seeds, device)
+        suppress = vision_special_ids(self.model)
+        if suppress:
+            config.suppress_tokens = suppress
+            check_image_prompts(self.model, prompts)  # image tokens without pixels (a list() copy): refused
+        with _eval_mode(self.model), _seeded(None if greedy else seed, device), torch.no_grad():
+            input_ids, attention_mask, extra = self._model_inputs(prompts, device, row_keys if keep_turns else None,
+                                                                  vision=bool(suppress))
+            self.prompt_tokens += sum(len(p) for p in prompts)
+            out = self.model.generate(
+                input_ids=input_ids.to(device),
+                attention_mask=attention_mask.to(device),
+                generation_config=config,
+                logits_processor=processors,
+                **extra,
+            )
+        width = input_ids.shape[1]
+        new_tokens = out.sequences[:, width:].cpu()
+        results = self._generations(prompts, out, new_tokens, temperature, greedy)
+        if keep_turns:
+            cache_kwarg = cache_argument(out)
+            self._keep_turns(row_keys, results, getattr(out, cache_kwarg, None), cache_kwarg, attention_mask,
+                             new_tokens.shape[1])
+        return results
+
+    def _decoding(self, max_new_tokens: int, temperature: float, top_p: float, greedy: bool,
+                  row_seeds: Sequence[int] | None, device: "torch.device") -> tuple[Any, Any]:
+        """transformers' ``GenerationConfig`` and logits processors for one call: greedy, one generator per
+        row (``row_seeds``), or plain sampling; every setting a model's generation_config.json could change
+        given explicitly."""
+        from transformers import GenerationConfig, LogitsProcessorList
 
         # top_k=0 explicitly: otherwise a model's generation_config (or transformers' default of 50)
         # would silently truncate the sampling distribution.
@@ -607,39 +643,37 @@ class HFGenerateBackend:
             output_logits=True,
             **sampling,
         )
-        extra: dict[str, Any] = {}
-        suppress = vision_special_ids(self.model)
-        if suppress:
-            config.suppress_tokens = suppress
-            check_image_prompts(self.model, prompts)  # image tokens without pixels (a list() copy): refused
-        with _eval_mode(self.model), _seeded(None if greedy else seed, device), torch.no_grad():
-            prefilled = self._shared_prefill(prompts, device, row_keys if keep_turns else None)
-            self.forget()  # what was reused is copied into this batch's cache: free the rest now
-            if prefilled is not None:
-                input_ids, attention_mask = prefilled.input_ids, prefilled.attention_mask
-                extra[prefilled.cache_kwarg] = prefilled.cache
-                self.prefill_tokens += prefilled.positions
-            else:
-                width = max(len(p) for p in prompts)
-                input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
-                attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-                for i, prompt in enumerate(prompts):
-                    input_ids[i, width - len(prompt):] = torch.as_tensor(list(prompt), dtype=torch.long)
-                    attention_mask[i, width - len(prompt):] = 1
-                self.prefill_tokens += input_ids.numel()
-                if suppress:
-                    extra = model_vision_kwargs(self.model, prompts, input_ids, device)
-            self.prompt_tokens += sum(len(p) for p in prompts)
-            out = self.model.generate(
-                input_ids=input_ids.to(device),
-                attention_mask=attention_mask.to(device),
-                generation_config=config,
-                logits_processor=processors,
-                **extra,
-            )
-        width = input_ids.shape[1]
-        new_tokens = out.sequences[:, width:].cpu()
-        cache_kwarg = cache_argument(out)
+        return config, processors
+
+    def _model_inputs(self, prompts: Sequence[Sequence[int]], device: "torch.device",
+                      row_keys: Sequence[Hashable] | None, *, vision: bool) -> tuple[Any, Any, dict[str, Any]]:
+        """``input_ids``, ``attention_mask`` and further ``generate`` arguments: the shared prompt heads'
+        prefilled KV cache (with earlier turns' where ``row_keys`` find them), else the prompts left-padded."""
+        import torch
+
+        from seed_train.vision import model_vision_kwargs
+
+        prefilled = self._shared_prefill(prompts, device, row_keys)
+        self.forget()  # what was reused is copied into this batch's cache: free the rest now
+        if prefilled is not None:
+            self.prefill_tokens += prefilled.positions
+            return prefilled.input_ids, prefilled.attention_mask, {prefilled.cache_kwarg: prefilled.cache}
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, prompt in enumerate(prompts):
+            input_ids[i, width - len(prompt):] = torch.as_tensor(list(prompt), dtype=torch.long)
+            attention_mask[i, width - len(prompt):] = 1
+        self.prefill_tokens += input_ids.numel()
+        extra = model_vision_kwargs(self.model, prompts, input_ids, device) if vision else {}
+        return input_ids, attention_mask, extra
+
+    def _generations(self, prompts: Sequence[Sequence[int]], out: Any, new_tokens: Any, temperature: float,
+                     greedy: bool) -> list[Generation]:
+        """One :class:`Generation` per prompt: the response up to its first stop token, its log-probs (at
+        the sampling temperature with ``logprob_temperature``) and its text."""
+        import torch
+
         # Raw logits (before temperature/top-p), one [B, V] tensor per step.
         logits = torch.stack(out.logits, dim=1).float()
         if self.logprob_temperature and not greedy:
@@ -666,7 +700,4 @@ class HFGenerateBackend:
                     finished=finished,
                 )
             )
-        if keep_turns:
-            self._keep_turns(row_keys, results, getattr(out, cache_kwarg, None), cache_kwarg, attention_mask,
-                             new_tokens.shape[1])
         return results

@@ -13,6 +13,22 @@
             6. log diagnostics, plot, checkpoint
         evaluate the eval split                                   (after)
 
+Where each step lives (the paper's algorithm is in the first eight modules; the rest is infrastructure):
+
+    Stage 1      seed_train/stage1.py        collect_demonstrations, sft_pairs, sft_train
+                 seed_envs/<env>/hindsight.py  hindsight_rule (the skill of a demo; seed_envs.hindsight_rule_for)
+    1 rollouts   seed_train/rollout.py       run_episodes (EnvSpec.make: the wrappers' agent stack)
+                 seed_train/generation.py    HFGenerateBackend.generate (vllm_backend.py: VLLMBackend)
+    2 skills     seed_train/skill_sources.py make_skill_source, OnPolicyAnalyzer, generate_skills (and the controls)
+                 seed_train/skills.py        analyzer_prompt, parse_skill, skill_augmented_prompt
+    3 advantages seed_train/samples.py       step_advantages, build_samples
+                 seed_train/advantages.py    step_scores, grpo_step_sample_advantages, gigpo_step_advantages
+    4 scoring    seed_train/scoring.py       response_logprobs (teacher, reference, old policy; shared heads)
+    5 update     seed_train/trainer.py       update_policy -> seed_train/losses.py seed_loss
+                                             (ppo_clip_loss, kl_low_var, opd_gate, opd_loss)
+    6 logging    seed_train/logs.py          MetricsLogger; seed_train/checkpoint.py save_checkpoint
+    this file    run = launch, up_to_stage2 (eval, Stage 1, θ_0), stage2 (seed_iteration per iteration), finish
+
 The trainer touches environments only through gymnasium, the wrappers and the trajectory format.
 """
 from __future__ import annotations
@@ -479,55 +495,80 @@ def train(cfg: SeedConfig, say: Callable[[str], None] = say_line) -> dict[str, A
 
 def run(cfg: SeedConfig, say: Callable[[str], None] = say_line) -> dict[str, Any]:
     """The whole run; under ``accelerate launch`` / ``torchrun`` every process calls this (see
-    :mod:`seed_train.distributed`): rollouts and evaluation are sharded, only the main process writes."""
-    info = init_from_env(cfg.device)
-    if info.world_size > 1:
-        cfg = dataclasses.replace(cfg, device=local_device(cfg.device))
-    layout = weight_layout_from_env(info.world_size, cfg.device)  # refuses what it cannot honour, before any work
-    if cfg.resume:  # a missing or damaged checkpoint file is named before the model loads or anything is written
-        check_checkpoint(cfg.resume)
-    main = info.is_main
+    :mod:`seed_train.distributed`): rollouts and evaluation are sharded, only the main process writes.
+
+    Four named phases: the launch (processes, weight layout, the policy, the run folder), evaluation and
+    Stage 1 up to θ_0 (or a resumed Stage 2's start), the Stage 2 iterations, and the final evaluation
+    and saved policy."""
+    cfg, layout, main = launch(cfg)
     if not main:
         say = _silent
     out = Path(cfg.output_dir)
-    ckpts = out / "checkpoints"
     policy = load(cfg)  # first: a model that fails to load leaves no run folder behind
     if main:
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
     results: dict[str, Any] = {}
-    if cfg.resume:
-        start = resume_stage2_start(policy, cfg)
-    else:
-        start = 0
-        if cfg.eval_before:
-            results["before"] = run_eval(policy, cfg, "eval_before", out)
-            say(markdown_table(results["before"], f"before training: {cfg.env_id} {cfg.eval_split}"))
-        if cfg.stage1_from:  # a finished Stage 1 (an experiment's arms share one per seed): load, do not rerun
-            load_trainable_state(policy.model, load_file(cfg.stage1_from))
-            results["stage1_from"] = cfg.stage1_from
-        elif cfg.stage1_demos:
-            # Stage 1 trains with the launch's weight layout too; after it the weights are gathered into a
-            # plain model, so θ_0 (LoRA merge, frozen reference copy) is built as on one process.
-            policy.model = layout.prepare(policy.model)
-            results["stage1"] = run_stage1(policy, cfg, say, layout)
-            if layout.wraps_model:
-                gather_whole_policy(policy, cfg)
-        if cfg.eval_after_stage1 and cfg.eval_after and cfg.iterations and (cfg.stage1_from or cfg.stage1_demos):
-            # (with no Stage 2 iterations the final evaluation is this one)
-            policy.backend.sync_weights(policy.model)
-            results["after_stage1"] = run_eval(policy, cfg, "eval_after_stage1", out)
-            say(markdown_table(results["after_stage1"], f"after Stage 1: {cfg.env_id} {cfg.eval_split}"))
-        if main:  # what a resume needs to rebuild θ_0 without redoing Stage 1: its trainable weights
-            ckpts.mkdir(parents=True, exist_ok=True)
-            save_file(trainable_state(policy.model), str(ckpts / "stage1.safetensors"))
-        fix_stage2_start(policy, cfg)
+    start = resume_stage2_start(policy, cfg) if cfg.resume else up_to_stage2(policy, cfg, layout, results, say)
+    stage2(policy, cfg, layout, start, results, say)
+    finish(policy, cfg, results, say)
+    return results
+
+
+def launch(cfg: SeedConfig) -> tuple[SeedConfig, Any, bool]:
+    """This process's config (its device under a multi-process launch), the weight layout the launch asks
+    for (refused before any work if it cannot be honoured), and whether this is the main process."""
+    info = init_from_env(cfg.device)
+    if info.world_size > 1:
+        cfg = dataclasses.replace(cfg, device=local_device(cfg.device))
+    layout = weight_layout_from_env(info.world_size, cfg.device)
+    if cfg.resume:  # a missing or damaged checkpoint file is named before the model loads or anything is written
+        check_checkpoint(cfg.resume)
+    return cfg, layout, info.is_main
+
+
+def up_to_stage2(policy: Policy, cfg: SeedConfig, layout: Any, results: dict[str, Any],
+                 say: Callable[[str], None]) -> int:
+    """Evaluation before training, Stage 1 (or a finished one's weights) and its evaluation, then θ_0: the
+    Stage 2 start (LoRA merged, fresh adapters, the reference). Returns the first Stage 2 iteration, 0."""
+    out, main = Path(cfg.output_dir), dist_info().is_main
+    if cfg.eval_before:
+        results["before"] = run_eval(policy, cfg, "eval_before", out)
+        say(markdown_table(results["before"], f"before training: {cfg.env_id} {cfg.eval_split}"))
+    if cfg.stage1_from:  # a finished Stage 1 (an experiment's arms share one per seed): load, do not rerun
+        load_trainable_state(policy.model, load_file(cfg.stage1_from))
+        results["stage1_from"] = cfg.stage1_from
+    elif cfg.stage1_demos:
+        # Stage 1 trains with the launch's weight layout too; after it the weights are gathered into a
+        # plain model, so θ_0 (LoRA merge, frozen reference copy) is built as on one process.
+        policy.model = layout.prepare(policy.model)
+        results["stage1"] = run_stage1(policy, cfg, say, layout)
+        if layout.wraps_model:
+            gather_whole_policy(policy, cfg)
+    if cfg.eval_after_stage1 and cfg.eval_after and cfg.iterations and (cfg.stage1_from or cfg.stage1_demos):
+        # (with no Stage 2 iterations the final evaluation is this one)
+        policy.backend.sync_weights(policy.model)
+        results["after_stage1"] = run_eval(policy, cfg, "eval_after_stage1", out)
+        say(markdown_table(results["after_stage1"], f"after Stage 1: {cfg.env_id} {cfg.eval_split}"))
+    if main:  # what a resume needs to rebuild θ_0 without redoing Stage 1: its trainable weights
+        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+        save_file(trainable_state(policy.model), str(out / "checkpoints" / "stage1.safetensors"))
+    fix_stage2_start(policy, cfg)
+    return 0
+
+
+def stage2(policy: Policy, cfg: SeedConfig, layout: Any, start: int, results: dict[str, Any],
+           say: Callable[[str], None]) -> None:
+    """Stage 2 iterations ``start`` .. ``cfg.iterations - 1`` (:func:`seed_iteration` each): the skill
+    source chosen at θ_0, the launch's weight layout, metrics, plots and checkpoints."""
+    out, main = Path(cfg.output_dir), dist_info().is_main
+    ckpts = out / "checkpoints"
     # Chosen once, at θ_0: the frozen-analyzer control keeps a copy of θ_0's weights to analyse with.
     skill_source = make_skill_source(cfg, policy.model)
     # Stage 2 trains with the launch's weight layout (FSDP: sharded from here on).
     policy.model, policy.layout = layout.prepare(policy.model), layout
     results["weight_layout"] = layout.name
-    say(f"stage 2 weights: {layout.name} over {info.world_size} process(es)")
+    say(f"stage 2 weights: {layout.name} over {dist_info().world_size} process(es)")
     if start < cfg.iterations:
         say(f"Stage 2: iterations {start + 1}-{cfg.iterations}, each {cfg.tasks_per_iteration} tasks x "
             f"{cfg.group_size} rollouts, then skills, scoring and the update ...")
@@ -564,12 +605,17 @@ def run(cfg: SeedConfig, say: Callable[[str], None] = say_line) -> dict[str, Any
                     save_checkpoint(ckpts / f"iter{it:04d}", trainable, opt_state, it)
                 barrier()
     pool.close()
+    if logger is not None:
+        logger.close()
+
+
+def finish(policy: Policy, cfg: SeedConfig, results: dict[str, Any], say: Callable[[str], None]) -> None:
+    """The trained weights gathered and synced, the final evaluation, the saved policy, results and report."""
+    out, main = Path(cfg.output_dir), dist_info().is_main
     if policy.layout.wraps_model:
         gather_whole_policy(policy, cfg)  # (syncs the generation backend)
     else:
         policy.backend.sync_weights(policy.model)  # the last update's weights, for the final evaluation
-    if logger is not None:
-        logger.close()
     if cfg.eval_after:
         results["after"] = run_eval(policy, cfg, "eval_after", out)
         say(markdown_table(results["after"], f"after training: {cfg.env_id} {cfg.eval_split}"))
@@ -579,7 +625,6 @@ def run(cfg: SeedConfig, say: Callable[[str], None] = say_line) -> dict[str, Any
         (out / "results.json").write_text(json.dumps(results, indent=1))
         say(f"report: {write_run_report(out)}")
     barrier()
-    return results
 
 
 def gather_whole_policy(policy: Policy, cfg: SeedConfig) -> None:

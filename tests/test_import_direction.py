@@ -50,3 +50,17 @@ def test_seed_agents_never_imports_the_trainer():
     assert {"seed_envs", "wrappers"} <= loaded
     assert not loaded & {"seed_train", "torch"}, sorted(loaded & {"seed_train", "torch"})
     assert not failed, failed
+
+
+def test_seed_train_exports_its_public_names_and_imports_light():
+    """``from seed_train import train, SeedConfig, ...`` works (issue 31), and ``import seed_train`` alone
+    imports no torch: each name's module loads on first use."""
+    import subprocess
+    import sys
+
+    code = ("import sys, seed_train; assert 'torch' not in sys.modules, 'torch imported'; "
+            "names = seed_train.__all__; [getattr(seed_train, n) for n in names]; "
+            "from seed_train import SeedConfig, train; print(len(names))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.strip()) >= 10
