@@ -45,6 +45,7 @@ from seed_train.checkpoint import load_trainable_state, trainable_state
 from seed_train.config import SeedConfig, SetupError
 from seed_train.distributed import dist_info
 from seed_train.generation import GenerationBackend
+from seed_train.progress import progress_bar
 from seed_train.skills import Skill, parse_skill, shuffle_within_groups
 from wrappers import Trajectory
 
@@ -58,14 +59,17 @@ def generate_skills(backend: GenerationBackend, codec, trajectories: Sequence[Tr
     prompts = [codec.encode_analyzer(t, cfg.analyzer_images) for t in trajectories]
     skills: list[Skill | None] = [None] * len(trajectories)
     todo = list(range(len(trajectories)))
-    for attempt in range(cfg.analyzer_retries + 1):
-        if not todo:
-            break
-        gens = backend.generate([prompts[i] for i in todo], max_new_tokens=cfg.skill_max_new_tokens,
-                                temperature=cfg.temperature, top_p=cfg.top_p, seed=seed + attempt)
-        for i, g in zip(todo, gens):
-            skills[i] = parse_skill(g.text, cfg.skill_min_words)
-        todo = [i for i in todo if skills[i] is None]
+    with progress_bar(total=len(trajectories), desc="skills", unit="episode") as bar:
+        for attempt in range(cfg.analyzer_retries + 1):
+            if not todo:
+                break
+            gens = backend.generate([prompts[i] for i in todo], max_new_tokens=cfg.skill_max_new_tokens,
+                                    temperature=cfg.temperature, top_p=cfg.top_p, seed=seed + attempt)
+            for i, g in zip(todo, gens):
+                skills[i] = parse_skill(g.text, cfg.skill_min_words)
+            todo = [i for i in todo if skills[i] is None]
+            # an episode is done once it has a valid skill or its last attempt ran
+            bar.update(len(gens) - len(todo) if attempt < cfg.analyzer_retries else len(gens))
     return skills
 
 

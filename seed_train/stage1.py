@@ -29,6 +29,7 @@ import numpy as np
 import seed_envs
 from seed_train.losses import masked_token_mean
 from seed_train.parallel import ReplicatedWeights
+from seed_train.progress import progress_bar
 from seed_train.codec import prompt_codec
 from seed_train.rollout import EnvSpec
 from seed_train.scoring import auto_prefix_groups, response_logprobs
@@ -50,6 +51,7 @@ def collect_demonstrations(spec: EnvSpec, task_ids: Sequence[str], *, seed: int,
     env = spec.make(finished.append)
     expert = seed_envs.make_expert(env)
     rng = np.random.default_rng(seed)
+    bar = progress_bar(total=len(task_ids), desc="Stage 1 demos", unit="episode")
     for k, task_id in enumerate(task_ids):
         perturbed = rng.random() < perturbed_share
         obs, info = env.reset(seed=seed + k, options={"task_id": task_id, "trajectory_meta": {"perturbed": perturbed}})
@@ -66,6 +68,8 @@ def collect_demonstrations(spec: EnvSpec, task_ids: Sequence[str], *, seed: int,
                 break
         for step, best in zip(finished[-1].steps, suggestions):
             step.info["expert_action"] = best
+        bar.update(1)
+    bar.close()
     env.close()
     return finished
 
@@ -137,7 +141,6 @@ def sft_train(model, pairs: Sequence[SFTPair], *, lr: float, epochs: int, batch_
     (:mod:`seed_train.parallel`) averages the gradients, so the update is the single-process one.
     """
     from seed_train.distributed import dist_info, sum_over_ranks
-    from seed_train.progress import progress_bar
 
     layout = layout or ReplicatedWeights()
     info = dist_info()

@@ -585,6 +585,7 @@ def stage2(policy: Policy, cfg: SeedConfig, layout: Any, start: int, results: di
     logger = MetricsLogger(out, resume_from_iteration=start if cfg.resume else None) if main else None
     if cfg.resume and main:
         drop_trajectories_from(out / "trajectories.jsonl", start)
+    stage2_t0 = time.perf_counter()
     with (TrajectoryWriter(out / "trajectories.jsonl") if main else contextlib.nullcontext()) as writer:
         for it in tqdm(range(start, cfg.iterations), desc="SEED iterations", disable=bars_disabled(),
                        initial=start, total=cfg.iterations):
@@ -596,8 +597,10 @@ def stage2(policy: Policy, cfg: SeedConfig, layout: Any, start: int, results: di
             if logger is not None:
                 logger.log(it, metrics)
                 logger.plot()
+            eta = iterations_eta(time.perf_counter() - stage2_t0, it + 1 - start, cfg.iterations - it - 1)
             say(f"iteration {it + 1}/{cfg.iterations}: success {metrics['success']:.2f} return {metrics['return']:.2f} "
-                f"loss {metrics.get('loss', 0):.4f} opd {metrics.get('opd_term', 0):.4f} ({metrics['iteration_s']:.0f}s)")
+                f"loss {metrics.get('loss', 0):.4f} opd {metrics.get('opd_term', 0):.4f} ({metrics['iteration_s']:.0f}s"
+                f"{'; Stage 2 ETA ' + eta if eta else ''})")
             if (cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0) or it + 1 == cfg.iterations:
                 # Gathered on every rank (collectives under FSDP), written by the main process.
                 trainable, opt_state = trainable_state(policy.model), layout.optimizer_state(policy.model, optimizer)
@@ -607,6 +610,17 @@ def stage2(policy: Policy, cfg: SeedConfig, layout: Any, start: int, results: di
     pool.close()
     if logger is not None:
         logger.close()
+
+
+def iterations_eta(elapsed_s: float, done: int, left: int) -> str:
+    """The time the ``left`` iterations will take at the mean pace of the ``done`` ones, as 1h02m03s / 4m05s
+    / 12s; "" when none is left (a log without a terminal has no bar: the phase lines carry the ETA)."""
+    if left <= 0 or done <= 0:
+        return ""
+    seconds = round(elapsed_s / done * left)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else (f"{minutes}m{secs:02d}s" if minutes else f"{secs}s")
 
 
 def finish(policy: Policy, cfg: SeedConfig, results: dict[str, Any], say: Callable[[str], None]) -> None:

@@ -85,7 +85,7 @@ def test_a_run_prints_its_phases_above_the_bars_and_writes_its_report(tmp_path, 
     monkeypatch.setattr(sys, "stderr", stderr)
     cfg = SeedConfig(env_id="test/Echo-v0", model=str(cached_tiny_model(seed=0)), lora=False, template="compact",
                      history=0, action_format="plain", max_new_tokens=3, skill_max_new_tokens=8, analyzer_retries=0,
-                     stage1_demos=4, stage1_epochs=2, stage1_batch_size=4, iterations=1, tasks_per_iteration=2,
+                     stage1_demos=4, stage1_epochs=2, stage1_batch_size=4, iterations=2, tasks_per_iteration=2,
                      group_size=2, kl_coef=0.0, eval_limit=4, checkpoint_every=0, save_final=False, threads=1,
                      env_kwargs={"n_tasks": 8}, output_dir=str(tmp_path / "run"))
     with torch.random.fork_rng(devices=[]):
@@ -96,12 +96,22 @@ def test_a_run_prints_its_phases_above_the_bars_and_writes_its_report(tmp_path, 
     assert any(line.startswith("Stage 1: ") and "SFT pairs (act " in line and "), 2 epoch(s) of batch 4 ..." in line for line in lines)
     for name in ("before training", "after Stage 1", "after training"):
         assert f"evaluating {name}: test/Echo-v0 unseen, 4 episodes (4 tasks) ..." in lines
-    assert any(line.startswith("iteration 1/1: success ") for line in lines)
+    # The first iteration's line gives the time the rest will take (a log has no bar to show it).
+    assert any(line.startswith("iteration 1/2: success ") and "; Stage 2 ETA " in line for line in lines)
+    assert any(line.startswith("iteration 2/2: success ") and "ETA" not in line for line in lines)
     assert "\r" not in out
     bars = stderr.getvalue()
-    for bar in ("Stage 1 SFT", "rollouts", "eval before training", "eval after training", "SEED iterations"):
+    for bar in ("Stage 1 demos", "Stage 1 SFT", "rollouts", "skills", "eval before training", "eval after training",
+                "SEED iterations"):
         assert bar in bars, bar
     report = tmp_path / "run" / "report.html"
     assert f"report: {report}" in lines
     page = report.read_text(encoding="utf-8")
     assert "after Stage 1" in page and "Training (Stage 2)" in page and 'href="viewer.html"' in page
+
+
+def test_iterations_eta_reads_as_a_duration():
+    from seed_train.trainer import iterations_eta
+
+    assert iterations_eta(60.0, 2, 4) == "2m00s" and iterations_eta(10.0, 1, 1) == "10s"
+    assert iterations_eta(3000.0, 1, 2) == "1h40m00s" and iterations_eta(5.0, 1, 0) == ""
