@@ -6,6 +6,7 @@ The trainer logs and re-plots after every iteration, so ``curves.png`` and Tenso
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -129,7 +130,9 @@ def curves_figure(rows: list[dict[str, Any]]):
     # Iterations numbered from 1, as the console counts them (metrics.jsonl keeps the 0-based index).
     last = max((r["iteration"] + 1 for r in rows if isinstance(r.get("iteration"), int)), default=1)
     for ax, name in zip(axes.flat, names):
-        points = [(r["iteration"] + 1, r[name]) for r in rows if isinstance(r.get(name), (int, float))]
+        # (a non-finite value, e.g. a NaN loss of a skipped update, is left out: it has no place on an axis)
+        points = [(r["iteration"] + 1, r[name]) for r in rows
+                  if isinstance(r.get(name), (int, float)) and math.isfinite(r[name])]
         ax.set_title(TITLES.get(name, name), fontsize=9, pad=10)  # room for a "1e-7" scale label
         ax.set_xlabel("iteration", fontsize=8)
         ax.tick_params(labelsize=7)

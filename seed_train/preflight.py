@@ -25,7 +25,7 @@ from seed_train.config import SeedConfig, SetupError
 #: The config field each checked setting is named by; seed-eval names its own flags instead.
 TRAIN_NAMES = {"env_id": "config field 'env_id'", "env_kwargs": "config field 'env_kwargs'",
                "model": "config field 'model'", "output_dir": "config field 'output_dir'",
-               "template": "config field 'template'"}
+               "template": "config field 'template'", "max_steps": "config field 'max_steps'"}
 
 
 def check_run_setup(cfg: SeedConfig) -> None:
@@ -123,7 +123,13 @@ def check_env(env_id: str, kwargs: Mapping[str, Any], names: Mapping[str, str]) 
             raise SetupError(f"{names['split']}: {env_id}: {e}") from e
         raise SetupError(f"{names['env_kwargs']}: {env_id}: {e}") from e
     obs_mode = str(getattr(env.unwrapped, "obs_mode", "text"))
+    from wrappers.stack import step_limit
+
+    unlimited = step_limit(env) is None and kwargs.get("max_steps") is None
     env.close()
+    if unlimited:  # its episodes might never end: a rollout would hang
+        raise SetupError(f"{names.get('max_steps', 'max_steps')}: {env_id} has no step limit (no TimeLimit, no "
+                         "declared agent budget): set one")
     return obs_mode
 
 

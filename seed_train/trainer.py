@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -188,6 +189,13 @@ def update_policy(model, optimizer, samples: Sequence[StepSample], scored: dict,
             else:  # this rank has no samples in this minibatch: it still joins the gradient average
                 stats = {}
                 layout.backward_no_samples(model)
+            if not gradients_finite(params):
+                # A NaN/inf loss or gradient (a non-finite advantage, an overflow) would make every weight
+                # non-finite: the step is skipped on every rank (the decision is global), the weights and
+                # the optimizer state stay as they were, and the minibatch is counted, not averaged in.
+                optimizer.zero_grad(set_to_none=True)
+                sums["nonfinite_minibatches_skipped"] += 1
+                continue
             stats["grad_norm"] = layout.step(optimizer, params, cfg.grad_clip)
             for k, v in stats.items():
                 sums[k] += float(v)
@@ -196,12 +204,19 @@ def update_policy(model, optimizer, samples: Sequence[StepSample], scored: dict,
     model.eval()
     # Each statistic is the mean over the minibatches that measured it (a skipped zero-signal minibatch
     # has no ratio statistics); zero_signal_minibatches is their count, not a mean.
-    out = mean_over_ranks({k: v if k == "zero_signal_minibatches" else v / counts[k] for k, v in sums.items()})
+    counted = ("zero_signal_minibatches", "nonfinite_minibatches_skipped")
+    out = mean_over_ranks({k: v if k in counted else v / counts[k] for k, v in sums.items()})
     # Token counts add up over ranks (each rank saw its share of the minibatch); every rank calls this.
     opd_tokens = sum_over_ranks(sums.get("opd_tokens", 0.0)) / max(steps, 1)
     if "opd_tokens" in out:
         out["opd_tokens"] = opd_tokens
     return out
+
+
+def gradients_finite(params: Sequence[torch.Tensor]) -> bool:
+    """Whether every gradient is finite on every rank (one flag summed over ranks: all skip or none)."""
+    bad = any(p.grad is not None and not bool(torch.isfinite(p.grad).all()) for p in params)
+    return sum_over_ranks(float(bad)) == 0
 
 
 def no_gradient_signal(advantages: torch.Tensor, opd_tokens: int, cfg: SeedConfig) -> bool:
@@ -403,6 +418,8 @@ class IterationBatch:
     samples: list[StepSample]
     scored: dict[str, torch.Tensor | None]  # teacher_logprobs / ref_logprobs (see score_samples)
     times: dict[str, float]  # rollout_s, analyze_s, score_s
+    nonfinite_episodes: int = 0  # episodes left out for a NaN/inf reward
+    left_out: list[Trajectory] = dataclasses.field(default_factory=list)  # logged, not trained on
 
 
 def seed_iteration(it: int, policy: Policy, optimizer, cfg: SeedConfig, pool: EnvPool, panel: Sequence[str],
@@ -422,8 +439,9 @@ def seed_iteration(it: int, policy: Policy, optimizer, cfg: SeedConfig, pool: En
         batch = _play_and_score(policy, cfg, pool, jobs, rng, stats, skill_source)
     # Every rank's episodes, in group order (one process: its own), for the log and the metrics.
     all_trajectories = gather_lists(batch.trajectories)
+    left_out = gather_lists(batch.left_out)  # (a collective: every rank calls it)
     if writer is not None:
-        for t in all_trajectories:
+        for t in all_trajectories + left_out:  # left-out episodes are logged too, marked in their meta
             writer.write(t)
     t0 = time.perf_counter()
     loss_stats = update_policy(policy.model, optimizer, batch.samples, batch.scored, cfg, rng, policy.layout)
@@ -437,6 +455,7 @@ def seed_iteration(it: int, policy: Policy, optimizer, cfg: SeedConfig, pool: En
     metrics.update({"samples": sum_over_ranks(len(batch.samples)),
                     "env_failures": sum_over_ranks(batch.env_failures),
                     "prompt_overflows": sum_over_ranks(stats.prompt_overflows),
+                    "nonfinite_episodes": sum_over_ranks(batch.nonfinite_episodes),
                     # prompt positions the rollout ran through the model (prefix sharing: fewer) vs prompt tokens
                     "prefill_tokens": sum_over_ranks(stats.prefill_tokens),
                     "prompt_tokens": sum_over_ranks(stats.prompt_tokens)})
@@ -457,6 +476,13 @@ def _play_and_score(policy: Policy, cfg: SeedConfig, pool: EnvPool, jobs, rng: n
     # An episode whose env crashed (Ray backend) has no steps: leave it out of its group's statistics. (One
     # whose first prompt was over the budget has none either: nothing to learn from, counted in metrics.)
     trajectories = [t for t in played if not t.meta.get("env_failed") and t.steps]
+    # A NaN/inf reward would make its whole group's advantages non-finite: the episode is left out of the
+    # update (as a crashed env's is), named on the console and counted in the metrics.
+    nonfinite = [t for t in trajectories if not all(math.isfinite(s.reward) for s in t.steps)]
+    for t in nonfinite:
+        t.meta["nonfinite_reward"] = True
+        say_line(f"warning: episode {t.episode_id} ({t.task_id}) has a non-finite reward: left out of the update")
+    trajectories = [t for t in trajectories if not t.meta.get("nonfinite_reward")]
     t0 = time.perf_counter()
     skills = skill_source.skills(trajectories, policy, seed=int(rng.integers(2**31)))
     times["analyze_s"] = time.perf_counter() - t0
@@ -477,7 +503,7 @@ def _play_and_score(policy: Policy, cfg: SeedConfig, pool: EnvPool, jobs, rng: n
         t.meta["opd_beta"] = cfg.opd_beta
         t.meta["opd_gate"] = cfg.opd_gate
     env_failures = sum(bool(t.meta.get("env_failed")) for t in played)
-    return IterationBatch(trajectories, env_failures, skills, samples, scored, times)
+    return IterationBatch(trajectories, env_failures, skills, samples, scored, times, len(nonfinite), nonfinite)
 
 
 def train(cfg: SeedConfig, say: Callable[[str], None] = say_line) -> dict[str, Any]:

@@ -58,6 +58,26 @@ def default_action_format(env_id: str | None) -> str:
     return getattr(agent_defaults(env_id), "action_format", None) or DEFAULT_ACTION_FORMAT
 
 
+def step_limit(env: gym.Env) -> int | None:
+    """The tightest gymnasium ``TimeLimit`` anywhere in ``env``'s wrapper chain (None: the env has none)."""
+    limits = []
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, gym.wrappers.TimeLimit):
+            limits.append(env._max_episode_steps)
+        env = env.env
+    return min(limits) if limits else None
+
+
+def with_step_budget(env: gym.Env, max_steps: int | None) -> gym.Env:
+    """``env`` truncated at ``max_steps`` whatever its constructor did with the argument: the agent stack
+    owns its step budget (an env that takes ``**kwargs`` and ignores ``max_steps`` still ends). An env
+    whose own limit is already that tight is returned as it is."""
+    if max_steps is None:
+        return env
+    limit = step_limit(env)
+    return env if limit is not None and limit <= max_steps else gym.wrappers.TimeLimit(env, max_episode_steps=max_steps)
+
+
 def make_agent_env(
     env_id: str,
     *,
@@ -95,7 +115,7 @@ def make_agent_env(
     if max_steps is not None:
         kwargs["max_steps"] = max_steps
     action_format = action_format or default_action_format(env_id)
-    env = gym.make(env_id, **kwargs)
+    env = with_step_budget(gym.make(env_id, **kwargs), max_steps)
     env = PromptRenderer(env, template=template, history=history, answer_format=format_instructions(action_format),
                          insert_after_task=insert_after_task, prompt_fits=prompt_fits)
     return LLMActionParser(env, format=action_format, format_penalty=format_penalty)
