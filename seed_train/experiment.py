@@ -26,11 +26,13 @@ Pairing: the arms of one seed train on the same tasks with the same rollout seed
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
@@ -138,6 +140,31 @@ def uses_stage1(base: SeedConfig, arm: str) -> bool:
 def uses_opd(base: SeedConfig, arm: str) -> bool:
     return arm_overrides(arm).get("opd_coef", base.opd_coef) > 0
 
+
+@contextlib.contextmanager
+def unit_lock(folder: Path, on_wait: Callable[[str], None]) -> Iterator[None]:
+    """Hold ``folder/.unit.lock`` (an exclusive ``flock``) while one process runs the unit: a second process
+    on the same experiment (another ``--seeds`` list that overlaps, or the same command twice) waits for it
+    instead of deleting its run folder or appending to its logs; ``on_wait`` is told who holds it. The lock
+    goes with the process, so one killed mid-unit leaves nothing to clean up."""
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".unit.lock", "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            on_wait(handle.read().strip() or "a process")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 @dataclass(frozen=True)
 class Unit:
@@ -286,12 +313,14 @@ class Experiment:
         with torch_threads(self.base.threads):
             for k, unit in enumerate(units, 1):
                 head = f"[{k}/{len(units)}] {unit.label}"
-                if unit.done():
-                    say(f"{head}: finished earlier, skipped")
-                    continue
-                say(f"{head}: {self._what(unit)}")
-                t0 = time.perf_counter()
-                self.run_unit(unit, say=lambda line: say(f"    {line}"))
+                with unit_lock(unit.folder, lambda holder: say(f"{head}: another process is running it "
+                                                               f"({holder}); waiting")):
+                    if unit.done():  # (finished earlier, or by the process this one waited for)
+                        say(f"{head}: finished earlier, skipped")
+                        continue
+                    say(f"{head}: {self._what(unit)}")
+                    t0 = time.perf_counter()
+                    self.run_unit(unit, say=lambda line: say(f"    {line}"))
                 durations.setdefault(unit.kind, []).append(time.perf_counter() - t0)
                 left = [u for u in units[k:] if not u.done()]
                 say(f"{head}: done in {_clock(durations[unit.kind][-1])}; elapsed "

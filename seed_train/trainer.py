@@ -37,6 +37,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -662,7 +663,11 @@ def finish(policy: Policy, cfg: SeedConfig, results: dict[str, Any], say: Callab
     if main:
         if cfg.save_final:
             save_final_policy(policy, out / "final")
-        (out / "results.json").write_text(json.dumps(results, indent=1))
+        # Written whole or not at all (a temporary file renamed): its existence means "training finished"
+        # to seed-train experiment, so a process killed mid-write must not leave half a file.
+        tmp = out / f"results.json.tmp{os.getpid()}"
+        tmp.write_text(json.dumps(results, indent=1))
+        tmp.replace(out / "results.json")
         say(f"report: {write_run_report(out)}")
     barrier()
 
