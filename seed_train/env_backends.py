@@ -53,13 +53,20 @@ class RolloutSlot(gym.Wrapper):
     ``options["slot_jobs"][index]`` (None: the slot sits this batch out), and once its episode has
     ended the slot is idle: steps (and a vector env's autoreset, which passes no slot jobs) return the
     last observation, reward 0, not done, ``info["slot_idle"] = True``, without touching the env.
+
+    An env that raises in ``reset`` or ``step`` ends only its episode (on every backend, as a crashed Ray
+    actor does): the step returns truncated with ``info["env_failed"]`` and the error in
+    ``info["env_error"]``, the episode's steps so far come back in ``info["trajectory"]`` marked so, and
+    ``rebuild`` (when given) replaces the env for the slot's next episode.
     """
 
-    def __init__(self, env: gym.Env, index: int):
+    def __init__(self, env: gym.Env, index: int, rebuild: Any = None):
         super().__init__(env)
         self.index = index
+        self.rebuild = rebuild
         self._live = False
         self._last_obs: Any = None
+        self._reset_error: str | None = None
 
     def _idle(self) -> Any:
         if self._last_obs is None:
@@ -72,25 +79,63 @@ class RolloutSlot(gym.Wrapper):
         if job is None:
             self._live = False
             return self._idle(), {"slot_idle": True}
-        obs, info = self.env.reset(seed=seed, options=job.get("options"))
-        self._live, self._last_obs = True, obs
+        self._live, self._reset_error = True, None
+        try:
+            obs, info = self.env.reset(seed=seed, options=job.get("options"))
+        except Exception as e:  # noqa: BLE001  (the env's fault ends its episode, not the run: see step)
+            self._reset_error = _error_text("reset", e)
+            self._replace_env()
+            return self._idle(), {"env_failed": True, "env_error": self._reset_error}
+        self._last_obs = obs
         return obs, info
 
     def step(self, action: Any):
         if not self._live:
             return self._idle(), 0.0, False, False, {"slot_idle": True}
-        obs, reward, terminated, truncated, info = self.env.step(action)
+        if self._reset_error is not None:  # the episode never started: it ends at its first step
+            self._live = False
+            return self._idle(), 0.0, False, True, {"env_failed": True, "env_error": self._reset_error}
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(action)
+        except Exception as e:  # noqa: BLE001
+            self._live = False
+            error = _error_text("step", e)
+            info = {"env_failed": True, "env_error": error}
+            abort = getattr(self.env, "abort_episode", None)  # the recorder: the steps played so far
+            trajectory = abort(error) if callable(abort) else None
+            if trajectory is not None:
+                trajectory.meta.update(env_failed=True, env_error=error)
+                info["trajectory"] = trajectory
+            self._replace_env()
+            return self._idle(), 0.0, False, True, info
         self._last_obs = obs
         if terminated or truncated:
             self._live = False
         return obs, reward, terminated, truncated, info
+
+    def _replace_env(self) -> None:
+        """A fresh env for the slot's next episode (the failed one may be in any state)."""
+        if self.rebuild is None:
+            return
+        try:
+            self.env.close()
+        except Exception:  # noqa: BLE001  (a broken env may fail to close too)
+            pass
+        self.env = self.rebuild()
+
+
+def _error_text(where: str, error: BaseException) -> str:
+    """One line: where the env failed and its own exception (type and message, shortened)."""
+    message = " ".join(str(error).split())
+    return f"env {where} raised {type(error).__name__}: {message[:300]}"
 
 
 def make_slot(spec: EnvSpec, index: int) -> gym.Env:
     """The env of slot ``index`` (module level, so subprocesses and Ray actors can rebuild it)."""
     import seed_envs  # noqa: F401  (a fresh process has not registered the ids yet)
 
-    return RolloutSlot(spec.make(None, trajectory_in_info=True), index)
+    build = functools.partial(spec.make, None, trajectory_in_info=True)
+    return RolloutSlot(build(), index, rebuild=build)
 
 
 def make_vector_env(spec: EnvSpec, num_envs: int, backend: str = "sync", *,

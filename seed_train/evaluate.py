@@ -229,6 +229,7 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
             "length": float(np.mean([t.length for t in ts])) if ts else 0.0,
             "format_error_rate": _format_error_rate(ts),
             "prompt_overflows": sum(t.meta.get("ended_by") == "prompt_overflow" for t in ts),
+            "env_failures": sum(bool(t.meta.get("env_failed")) for t in ts),  # the env's fault, not the task's
         }
     return {"categories": rows}
 

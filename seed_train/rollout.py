@@ -247,8 +247,10 @@ def run_episodes(
         for i in active:
             if not (terminated[i] or truncated[i]):
                 still_active.append(i)
-            elif _at(infos, "env_failed", i):
-                finished[i] = _failed_trajectory(jobs[i], pool.spec, str(_at(infos, "env_error", i)))
+            elif _at(infos, "env_failed", i):  # the steps played so far where the slot kept them
+                trajectory = _at(infos, "trajectory", i)
+                finished[i] = trajectory if trajectory is not None else _failed_trajectory(
+                    jobs[i], pool.spec, str(_at(infos, "env_error", i)))
             elif (trajectory := _at(infos, "trajectory", i)) is not None:
                 finished[i] = trajectory
         if on_finished is not None and len(still_active) < len(active):
@@ -256,6 +258,13 @@ def run_episodes(
         active = still_active
         turn += 1
     _forget_turns(backend)  # frees the kept KV before the update needs the memory
+    # One idle step drains the vector env's pending autoresets: gymnasium 1.4's AsyncVectorEnv (without
+    # shared memory, our case) does not clear a worker's autoreset flag on reset, so a slot whose episode
+    # ended at this batch's last turn would answer the next batch's first step with a reset (idle
+    # forever: the rollout would never end). Every slot is idle now, so no env moves.
+    t0 = time.perf_counter()
+    envs.step(tuple([""] * size))
+    stats.env_s += time.perf_counter() - t0
     stats.turns += turn
     missing = [i for i in range(len(jobs)) if i not in finished]
     if missing:

@@ -102,6 +102,22 @@ def test_async_backend_gives_the_same_episodes_as_sync(tiny_policy):
     assert all(s.response_token_ids for t in results["async"] for s in t.steps)
 
 
+def test_async_backend_plays_batch_after_batch_like_sync(tiny_policy):
+    """A second batch on the same async pool used to hang: gymnasium 1.4's AsyncVectorEnv without shared
+    memory keeps a worker's autoreset flag across reset, so slots whose episode ended at the last turn
+    answered the next batch's first step with a reset and stayed idle (the rollout drains it now)."""
+    results = {}
+    for backend in ("sync", "async"):
+        pool = EnvPool(spec(), backend)
+        try:
+            results[backend] = [run_episodes(tiny_policy.backend, tiny_policy.codec, pool, _jobs(), max_new_tokens=6,
+                                             seed=seed) for seed in (1, 2, 3)]
+        finally:
+            pool.close()
+    for sync, async_ in zip(results["sync"], results["async"]):
+        assert _same_episodes(async_, sync)
+
+
 def test_unknown_backend_is_refused():
     with pytest.raises(ValueError, match="env_backend"):
         make_vector_env(spec(), 2, "threads")

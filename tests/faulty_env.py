@@ -1,0 +1,38 @@
+"""``test/FaultyEcho-v0``: Echo (tests/toy_env.py) over two steps, whose env breaks on chosen tasks: task
+numbers ending in 1 raise in ``step`` at the second step, those ending in 2 raise in ``reset`` (importable
+by name, so subprocess backends build it: ``faulty_env:test/FaultyEcho-v0``)."""
+from __future__ import annotations
+
+import gymnasium as gym
+
+import toy_env
+from seed_envs.core import Outcome
+
+ENV_ID = "test/FaultyEcho-v0"
+
+
+class FaultyEchoEnv(toy_env.EchoEnv):
+    def _number(self, task_id: str) -> int:
+        return int(task_id.rsplit("/", 1)[1])
+
+    def _start_task(self, task_id):
+        if self._number(task_id) % 10 == 2:
+            raise RuntimeError(f"the engine crashed loading {task_id}")
+        self._steps = 0
+        return super()._start_task(task_id)
+
+    def _apply(self, action):
+        self._steps += 1
+        if self._steps == 2 and self._number(self.task.task_id) % 10 == 1:
+            raise RuntimeError("boom at step 2")
+        if self._steps == 1:  # a first word that is not the end: the episode goes on
+            return Outcome(0.0, False, action not in toy_env.WORDS, "Say it again.")
+        return super()._apply(action)
+
+
+def make(**kwargs) -> gym.Env:
+    return toy_env.make_with_time_limit(FaultyEchoEnv, **kwargs)
+
+
+if ENV_ID not in gym.registry:
+    gym.register(id=ENV_ID, entry_point="faulty_env:make")

@@ -1,0 +1,59 @@
+"""An env that raises ends only its episode (issue 33 item 1), on the sync and async backends as on Ray:
+the episode comes back marked ``env_failed`` with the env's own error and the steps it had played, the
+slot's env is replaced, the other episodes of the batch are untouched, and the next batch plays on."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import faulty_env  # noqa: F401  (registers test/FaultyEcho-v0)
+from seed_train.config import SeedConfig
+from seed_train.evaluate import summarize
+from seed_train.rollout import EnvPool, EnvSpec, EpisodeJob, run_episodes
+from seed_train.tiny import cached_tiny_model
+from seed_train.trainer import load
+
+SPEC = EnvSpec(env_id="faulty_env:test/FaultyEcho-v0", split="test", template="compact", history=0,
+               action_format="plain", format_penalty=0.1, max_steps=3, env_kwargs={"n_tasks": 20})
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    with torch.random.fork_rng(devices=[]):
+        return load(SeedConfig(model=str(cached_tiny_model(seed=0)), lora=False, threads=1))
+
+
+def jobs(numbers):
+    return [EpisodeJob(task_id=f"echo/test/{1000 + n:04d}", seed=n, group_id=f"g{n}") for n in numbers]
+
+
+@pytest.mark.parametrize("backend", ["sync", "async"])
+def test_a_raising_env_ends_only_its_episode_and_is_replaced(tiny, backend):
+    pool = EnvPool(SPEC, backend)
+    try:
+        played = run_episodes(tiny.backend, tiny.codec, pool, jobs([0, 1, 2, 3]), max_new_tokens=3, seed=0)
+        by_task = {t.task_id[-1]: t for t in played}
+        healthy = [by_task["0"], by_task["3"]]
+        assert all(not t.meta.get("env_failed") and len(t.steps) >= 1 for t in healthy)
+        step_fault, reset_fault = by_task["1"], by_task["2"]
+        assert step_fault.meta["env_failed"] and "env step raised RuntimeError: boom at step 2" in step_fault.meta["env_error"]
+        assert len(step_fault.steps) == 1 and not step_fault.success  # the step it played before the fault
+        assert reset_fault.meta["env_failed"] and "env reset raised RuntimeError: the engine crashed" in \
+            reset_fault.meta["env_error"] and reset_fault.steps == []
+        # The same slots play the next batch: the failed envs were replaced.
+        again = run_episodes(tiny.backend, tiny.codec, pool, jobs([4, 5, 6, 7]), max_new_tokens=3, seed=0)
+        assert [t.task_id[-1] for t in again] == ["4", "5", "6", "7"]
+        assert all(not t.meta.get("env_failed") for t in again)
+    finally:
+        pool.close()
+    summary = summarize(played)
+    assert summary["categories"]["all"]["env_failures"] == 2  # counted apart from task failures
+
+
+def test_every_episode_of_a_batch_failing_does_not_hang(tiny):
+    pool = EnvPool(SPEC, "sync")
+    try:
+        played = run_episodes(tiny.backend, tiny.codec, pool, jobs([2, 12]), max_new_tokens=3, seed=0)
+    finally:
+        pool.close()
+    assert [t.meta.get("env_failed") for t in played] == [True, True]
