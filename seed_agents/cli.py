@@ -94,7 +94,8 @@ def _agent_factory(args: argparse.Namespace) -> Callable[[gym.Env], Agent]:
 def _print_errors(results: list[EpisodeResult]) -> None:
     failed = [r for r in results if r.error]
     if failed:
-        print(f"{len(failed)} of {len(results)} episodes ended on an agent error (counted as failures); "
+        print(f"{len(failed)} of {len(results)} episodes ended on an agent or env error (counted as failures; "
+              f"{sum(r.env_failed for r in failed)} the env's); "
               f"first: {failed[0].task_id}: {failed[0].error}", file=sys.stderr)
 
 

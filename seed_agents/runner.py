@@ -27,7 +27,8 @@ class EpisodeResult:
     score: float
     return_: float
     steps: int
-    error: str | None = None  # why the agent could not go on (the episode then counts as a failure)
+    error: str | None = None  # why the agent or the env could not go on (the episode then counts as a failure)
+    env_failed: bool = False  # the env raised (its worker's env is rebuilt before the next episode)
 
 
 def run_episode(env: gym.Env, agent: Agent, *, task_id: str | None = None, seed: int | None = None,
@@ -41,7 +42,10 @@ def run_episode(env: gym.Env, agent: Agent, *, task_id: str | None = None, seed:
     reset_options = dict(options or {})
     if task_id is not None:
         reset_options["task_id"] = task_id
-    obs, info = env.reset(seed=seed, options=reset_options or None)
+    try:
+        obs, info = env.reset(seed=seed, options=reset_options or None)
+    except Exception as e:  # noqa: BLE001  (the env's fault ends this episode only; the panel goes on)
+        return EpisodeResult(str(task_id), "", False, 0.0, 0.0, 0, error=_env_error("reset", e), env_failed=True)
     total, steps = 0.0, 0
     while True:
         try:
@@ -51,12 +55,24 @@ def run_episode(env: gym.Env, agent: Agent, *, task_id: str | None = None, seed:
             _record_abort(env, error)
             return EpisodeResult(str(info.get("task_id", task_id)), str(info.get("category", "")), False, 0.0,
                                  total, steps, error=error)
-        obs, reward, terminated, truncated, info = env.step(action)
+        try:
+            obs, reward, terminated, truncated, info_after = env.step(action)
+        except Exception as e:  # noqa: BLE001
+            error = _env_error(f"step {steps}", e)
+            _record_abort(env, error)
+            return EpisodeResult(str(info.get("task_id", task_id)), str(info.get("category", "")), False, 0.0,
+                                 total, steps, error=error, env_failed=True)
+        info = info_after
         total += float(reward)
         steps += 1
         if terminated or truncated:
             break
     return EpisodeResult(info["task_id"], info["category"], bool(info["success"]), float(info["score"]), total, steps)
+
+
+def _env_error(where: str, error: BaseException) -> str:
+    """One line naming what failed: the env, where, and its own exception."""
+    return f"env {where} raised {type(error).__name__}: {' '.join(str(error).split())[:300]}"
 
 
 def _record_abort(env: gym.Env, error: str) -> None:
@@ -110,6 +126,14 @@ def play_panel(
         env, agent = worker()
         result = run_episode(env, agent, task_id=task_ids[k], seed=None if seeds is None else seeds[k],
                              options=None if options is None else options[k])
+        if result.env_failed:  # the env may be in any state: this worker's next episode gets a fresh one
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001  (a broken env may fail to close too)
+                pass
+            with lock:
+                opened.remove(env)
+            del local.env
         if on_finished is not None:
             on_finished(result)
         return result

@@ -57,3 +57,22 @@ def test_every_episode_of_a_batch_failing_does_not_hang(tiny):
     finally:
         pool.close()
     assert [t.meta.get("env_failed") for t in played] == [True, True]
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_seed_envs_runner_ends_only_the_failing_episodes(concurrency):
+    """``seed-envs eval`` (threads, one env each) under the same policy: an env that raises ends that
+    episode as a failure naming the env's own error; its worker gets a fresh env; the panel completes."""
+    import gymnasium as gym
+
+    import seed_envs
+    from seed_agents.runner import play_panel
+
+    task_ids = [f"echo/test/{1000 + n:04d}" for n in range(8)]
+    results = play_panel(lambda: gym.make(faulty_env.ENV_ID, split="test", n_tasks=20, max_steps=3),
+                         lambda env: seed_envs.make_expert(env), task_ids, concurrency=concurrency)
+    by_number = {int(r.task_id[-1]): r for r in results}
+    assert [r.task_id for r in results] == task_ids
+    assert by_number[1].env_failed and "env step 1 raised RuntimeError: boom at step 2" in by_number[1].error
+    assert by_number[2].env_failed and "env reset raised RuntimeError: the engine crashed" in by_number[2].error
+    assert all(r.success and not r.error for n, r in by_number.items() if n not in (1, 2))
