@@ -245,16 +245,31 @@ class Experiment:
                              "configs: use those values or a new --output-dir")
 
     def write_manifest(self) -> None:
+        """Add this process's arms, seeds and command to the folder's ``experiment.json``: read, merged and
+        replaced under a lock, so processes started side by side on one folder (``--seeds 2 5`` and
+        ``--seeds 6 7``) each keep the other's seeds."""
+        import fcntl
+
         path = self.out / "experiment.json"
-        old = json.loads(path.read_text()) if path.is_file() else {"arms": [], "seeds": []}
         self.out.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({
+        with open(self.out / ".experiment.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                self._merge_manifest(path)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _merge_manifest(self, path: Path) -> None:
+        old = json.loads(path.read_text()) if path.is_file() else {"arms": [], "seeds": []}
+        tmp = path.with_name(f"experiment.json.tmp{os.getpid()}")
+        tmp.write_text(json.dumps({
             "config": self.common_config(), "splits": list(self.splits),
             "arms": list(dict.fromkeys([*old["arms"], *self.arms])),
             "seeds": list(dict.fromkeys([*old["seeds"], *self.seeds])),
             "overrides": {a: arm_overrides(a) for a in dict.fromkeys([*old["arms"], *self.arms]) if is_arm(a)},
             "commands": [*old.get("commands", []), *([list(self.command)] if self.command else [])],
         }, indent=1))
+        tmp.replace(path)
 
     def whole_folder(self) -> Experiment:
         """This experiment widened to every arm and seed the folder's manifest records: processes that run

@@ -21,6 +21,8 @@ Every experiment also writes its own folder's record (``record.jsonl``) with eac
 """
 from __future__ import annotations
 
+import dataclasses
+
 import datetime
 import json
 import os
@@ -235,6 +237,16 @@ def experiment_from_folder(folder: str | Path) -> Any:
     return Experiment(base, tuple(manifest["arms"]), tuple(manifest["seeds"]), folder, tuple(manifest["splits"]))
 
 
+def _field_value(config: dict[str, Any], name: str) -> Any:
+    """A config's value of field ``name``; a field the config predates has its default (a record written
+    before a field existed ran with what the field's default now does)."""
+    from seed_train.config import SeedConfig, field_default
+
+    if name in config or name not in {f.name for f in dataclasses.fields(SeedConfig)}:
+        return config.get(name)
+    return field_default(name)
+
+
 def add_units(experiment: Any, record: Record | None) -> tuple[Record, dict[str, int]]:
     """``record`` (a new one when None) with the experiment's finished units it lacks. Raises ValueError when
     the experiment's base config differs from the record's (operational fields aside) or when a unit both
@@ -246,7 +258,8 @@ def add_units(experiment: Any, record: Record | None) -> tuple[Record, dict[str,
         record = Record(header)
     else:
         before, now = record.header["config"], header["config"]
-        changed = sorted(k for k in set(before) | set(now) if k not in OPERATIONAL_FIELDS and before.get(k) != now.get(k))
+        changed = sorted(k for k in set(before) | set(now) if k not in OPERATIONAL_FIELDS
+                         and _field_value(before, k) != _field_value(now, k))
         if changed or record.header["env_id"] != header["env_id"]:
             raise ValueError(f"the experiment's base config differs from the record's in {changed or ['env_id']}: "
                              "a record holds one experiment")

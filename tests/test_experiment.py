@@ -292,6 +292,11 @@ def check_records(exp, argv, capsys):
     assert "seed 0 Stage 1" in capsys.readouterr().err
     committed.write_text(own.read_text().replace('"lr":0.003', '"lr":0.001', 1))
     assert main_train(["record", str(exp), str(committed)]) == 2 and "'lr'" in capsys.readouterr().err
+    # A record written before a config field existed holds the field's default: still the same experiment.
+    older = read_record(own)
+    del older.header["config"]["max_prompt_tokens"]
+    write_record(older, committed)
+    assert main_train(["record", str(exp), str(committed)]) == 0
     assert main_train(["report", str(exp / "missing.jsonl")]) == 2 and "file not found" in capsys.readouterr().err
 
 
