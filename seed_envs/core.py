@@ -270,12 +270,15 @@ class SeedEnv(gym.Env[dict, str]):
             self._task = self._start_task(self._draw_task_id(self.np_random))
         elif not isinstance(task_id, str):
             raise ValueError(f"reset options: task_id must be a str, got {type(task_id).__name__}")
-        elif task_id not in self.task_ids():  # the caller's option is wrong (not this env's or split's task)
-            raise ValueError(f"reset options: unknown task_id {task_id!r} for split {self.split!r}")
         else:
-            # An error while loading a task of the panel is the env's (its engine, its data), reported as
-            # the env raised it, never as a bad option.
-            self._task = self._start_task(task_id)
+            try:
+                self._task = self._start_task(task_id)
+            except ValueError as e:
+                if task_id in self.task_ids():
+                    # A task of the panel that failed to load: the env's error (its engine, its data), as the
+                    # env raised it, never reported as a bad option.
+                    raise
+                raise ValueError(f"reset options: {e}") from e  # not this env's or split's task
         self._step_count = 0
         self._last_invalid = False
         self._feedback = ""

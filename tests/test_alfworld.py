@@ -500,5 +500,5 @@ def test_an_engine_error_while_loading_is_the_engines_not_a_bad_option(alfworld_
     with pytest.raises(GameFileError) as e:
         env.reset(options={"task_id": task_id})
     assert "textworld engine failed to load" in str(e.value) and "reset options" not in str(e.value)
-    with pytest.raises(ValueError, match="reset options: unknown task_id"):
+    with pytest.raises(ValueError, match="reset options: "):
         env.reset(options={"task_id": "no/such/game"})
