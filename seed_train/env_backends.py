@@ -33,6 +33,9 @@ ENV_BACKENDS = ("sync", "async", "ray")
 #: The reset option holding one entry per slot: ``{"options": {...}}`` to start an episode, or None.
 SLOT_JOBS = "slot_jobs"
 
+#: What :func:`seed_train.rollout.run_episodes` reads of a step's info (all a slot passes on).
+ROLLOUT_INFO_KEYS = ("trajectory", "env_failed", "env_error", "slot_idle", "task_id")
+
 
 def _placeholder(space: gym.Space) -> Any:
     """An empty observation of ``space`` for a slot that has never played (text "", images black)."""
@@ -58,6 +61,11 @@ class RolloutSlot(gym.Wrapper):
     actor does): the step returns truncated with ``info["env_failed"]`` and the error in
     ``info["env_error"]``, the episode's steps so far come back in ``info["trajectory"]`` marked so, and
     ``rebuild`` (when given) replaces the env for the slot's next episode.
+
+    Only the ``info`` keys the rollout reads cross to the vector env (:data:`ROLLOUT_INFO_KEYS`; the
+    recorder keeps every step's full info in the trajectory): gymnasium merges sub-env infos key by key
+    and fails when one key is a dict in one env and not in another (WebShop's ``reward_parts`` once
+    bought, None before), and the rest would only be copied between processes for nothing.
     """
 
     def __init__(self, env: gym.Env, index: int, rebuild: Any = None):
@@ -87,7 +95,7 @@ class RolloutSlot(gym.Wrapper):
             self._replace_env()
             return self._idle(), {"env_failed": True, "env_error": self._reset_error}
         self._last_obs = obs
-        return obs, info
+        return obs, _rollout_info(info)
 
     def step(self, action: Any):
         if not self._live:
@@ -111,7 +119,7 @@ class RolloutSlot(gym.Wrapper):
         self._last_obs = obs
         if terminated or truncated:
             self._live = False
-        return obs, reward, terminated, truncated, info
+        return obs, reward, terminated, truncated, _rollout_info(info)
 
     def _replace_env(self) -> None:
         """A fresh env for the slot's next episode (the failed one may be in any state)."""
@@ -122,6 +130,11 @@ class RolloutSlot(gym.Wrapper):
         except Exception:  # noqa: BLE001  (a broken env may fail to close too)
             pass
         self.env = self.rebuild()
+
+
+def _rollout_info(info: dict[str, Any]) -> dict[str, Any]:
+    """The keys of ``info`` the rollout reads (see :class:`RolloutSlot`)."""
+    return {k: info[k] for k in ROLLOUT_INFO_KEYS if k in info}
 
 
 def _error_text(where: str, error: BaseException) -> str:

@@ -36,3 +36,23 @@ def make(**kwargs) -> gym.Env:
 
 if ENV_ID not in gym.registry:
     gym.register(id=ENV_ID, entry_point="faulty_env:make")
+
+
+MIXED_INFO_ID = "test/MixedInfoEcho-v0"
+
+
+class MixedInfoEchoEnv(toy_env.EchoEnv):
+    """Echo whose info key ``extra`` is a dict on even tasks and None on odd ones (as WebShop's
+    ``reward_parts`` is a dict once bought and None before): gymnasium cannot merge such a key."""
+
+    def _extra_info(self):
+        even = self.task is not None and int(self.task.task_id.rsplit("/", 1)[1]) % 2 == 0
+        return {"extra": {"bought": 1} if even else None}
+
+
+def make_mixed(**kwargs) -> gym.Env:
+    return toy_env.make_with_time_limit(MixedInfoEchoEnv, **kwargs)
+
+
+if MIXED_INFO_ID not in gym.registry:
+    gym.register(id=MIXED_INFO_ID, entry_point="faulty_env:make_mixed")

@@ -76,3 +76,16 @@ def test_seed_envs_runner_ends_only_the_failing_episodes(concurrency):
     assert by_number[1].env_failed and "env step 1 raised RuntimeError: boom at step 2" in by_number[1].error
     assert by_number[2].env_failed and "env reset raised RuntimeError: the engine crashed" in by_number[2].error
     assert all(r.success and not r.error for n, r in by_number.items() if n not in (1, 2))
+
+
+def test_info_keys_of_mixed_types_across_envs_do_not_break_a_batch(tiny):
+    """A key that is a dict in one env's info and None in another's (WebShop's reward_parts) made
+    gymnasium's info merge raise; slots now pass on only what the rollout reads (the trajectory keeps all)."""
+    spec = EnvSpec(env_id="faulty_env:test/MixedInfoEcho-v0", split="test", template="compact", history=0,
+                   action_format="plain", format_penalty=0.1, env_kwargs={"n_tasks": 8})
+    pool = EnvPool(spec, "sync")
+    try:
+        played = run_episodes(tiny.backend, tiny.codec, pool, jobs([1, 0, 3, 2]), max_new_tokens=3, seed=0)
+    finally:
+        pool.close()
+    assert [t.steps[-1].info["extra"] for t in played] == [None, {"bought": 1}, None, {"bought": 1}]
