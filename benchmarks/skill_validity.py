@@ -36,23 +36,16 @@ ENV_SPECIFIC = ("template", "history", "max_steps")  # QUICKSTART's values are f
 
 
 def config(args: argparse.Namespace) -> SeedConfig:
-    if args.config:  # a recipe or YAML file; only the flags given override it
-        given = {"env_id": args.env_id, "model": args.model, "stage1_demos": args.demos, "stage1_epochs": args.epochs,
-                 "stage1_lr": args.lr, "stage1_skill_repeats": args.skill_repeats,
-                 "stage1_skill_acting": args.skill_acting or None}
-        settings = {**_read_yaml(args.config), **{k: v for k, v in given.items() if v is not None},
-                    "seed": args.seed, "eval_before": False, "eval_after": False,
-                    "output_dir": "runs/skill_validity"}
-    else:
-        settings = {**QUICKSTART, "env_id": args.env_id or QUICKSTART["env_id"], "model": args.model or QUICKSTART["model"],
-                    "seed": args.seed, "stage1_demos": QUICKSTART["stage1_demos"] if args.demos is None else args.demos,
-                    "stage1_epochs": args.epochs or QUICKSTART["stage1_epochs"],
-                    "stage1_lr": args.lr or QUICKSTART["stage1_lr"], "stage1_skill_repeats": args.skill_repeats or 1,
-                    "stage1_skill_acting": args.skill_acting,
-                    "eval_before": False, "eval_after": False, "output_dir": "runs/skill_validity"}
-        if settings["env_id"] != QUICKSTART["env_id"]:
-            for key in ENV_SPECIFIC:
-                settings.pop(key)
+    """The --config file's (or recipe's) settings, else the quickstart's; the flags given override them."""
+    given = {"env_id": args.env_id, "model": args.model, "stage1_demos": args.demos, "stage1_epochs": args.epochs,
+             "stage1_lr": args.lr, "stage1_skill_repeats": args.skill_repeats,
+             "stage1_skill_acting": args.skill_acting or None}
+    settings = {**(_read_yaml(args.config) if args.config else QUICKSTART),
+                **{k: v for k, v in given.items() if v is not None},
+                "seed": args.seed, "eval_before": False, "eval_after": False, "output_dir": "runs/skill_validity"}
+    if not args.config and settings["env_id"] != QUICKSTART["env_id"]:
+        for key in ENV_SPECIFIC:
+            settings.pop(key)
     if args.skill_max_new_tokens:
         settings["skill_max_new_tokens"] = args.skill_max_new_tokens
     if args.analyzer_retries is not None:

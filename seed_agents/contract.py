@@ -84,19 +84,20 @@ def expert_or_none(env: gym.Env):
 
 
 def play(env: gym.Env, *, seed: int | None = None, task_id: str | None = None, max_steps: int = 500,
-         expert=None) -> list[tuple[str, float, bool]]:
+         on_info: Callable[[dict, str], None] | None = None) -> list[tuple[str, float, bool]]:
     """(observation text, reward, success) of one episode played by the expert (else the first admissible
-    action, else an empty string), the reset first."""
+    action, else an empty string), the reset first; ``on_info(info, where)`` sees every info."""
     obs, info = env.reset(seed=seed, options=None if task_id is None else {"task_id": task_id})
-    expert = expert if expert is not None else expert_or_none(env)
+    expert = expert_or_none(env)
     out = [(obs["text"], 0.0, bool(info.get("success")))]
-    for _ in range(max_steps):
-        if expert is not None:
-            action = expert(obs, info)
-        else:
-            action = (info.get("admissible_actions") or [""])[0]
+    if on_info is not None:
+        on_info(info, "after reset")
+    for step in range(max_steps):
+        action = expert(obs, info) if expert is not None else (info.get("admissible_actions") or [""])[0]
         obs, reward, terminated, truncated, info = env.step(action)
         out.append((obs["text"], float(reward), bool(info.get("success"))))
+        if on_info is not None:
+            on_info(info, f"after step {step}")
         if terminated or truncated:
             break
     return out
@@ -150,19 +151,8 @@ class ContractChecker:
 
     def check_info_keys(self) -> str:
         env = self.make()
-        steps = 0
         try:
-            for k in range(self.episodes):
-                obs, info = env.reset(seed=1000 + k)
-                self._info_ok(info, "after reset")
-                expert = expert_or_none(env)
-                for _ in range(500):
-                    action = expert(obs, info) if expert else (info.get("admissible_actions") or [""])[0]
-                    obs, _, terminated, truncated, info = env.step(action)
-                    self._info_ok(info, f"after step {steps}")
-                    steps += 1
-                    if terminated or truncated:
-                        break
+            steps = sum(len(play(env, seed=1000 + k, on_info=self._info_ok)) - 1 for k in range(self.episodes))
         finally:
             env.close()
         return f"{steps} steps of {self.episodes} episodes"

@@ -17,6 +17,7 @@ from typing import Any
 import gymnasium as gym
 
 from seed_agents.agents import Agent, AgentError
+from seed_envs.core import env_error
 
 
 @dataclass
@@ -45,7 +46,7 @@ def run_episode(env: gym.Env, agent: Agent, *, task_id: str | None = None, seed:
     try:
         obs, info = env.reset(seed=seed, options=reset_options or None)
     except Exception as e:  # noqa: BLE001  (the env's fault ends this episode only; the panel goes on)
-        return EpisodeResult(str(task_id), "", False, 0.0, 0.0, 0, error=_env_error("reset", e), env_failed=True)
+        return EpisodeResult(str(task_id), "", False, 0.0, 0.0, 0, error=env_error("reset", e), env_failed=True)
     total, steps = 0.0, 0
     while True:
         try:
@@ -58,7 +59,7 @@ def run_episode(env: gym.Env, agent: Agent, *, task_id: str | None = None, seed:
         try:
             obs, reward, terminated, truncated, info_after = env.step(action)
         except Exception as e:  # noqa: BLE001
-            error = _env_error(f"step {steps}", e)
+            error = env_error(f"step {steps}", e)
             _record_abort(env, error)
             return EpisodeResult(str(info.get("task_id", task_id)), str(info.get("category", "")), False, 0.0,
                                  total, steps, error=error, env_failed=True)
@@ -68,11 +69,6 @@ def run_episode(env: gym.Env, agent: Agent, *, task_id: str | None = None, seed:
         if terminated or truncated:
             break
     return EpisodeResult(info["task_id"], info["category"], bool(info["success"]), float(info["score"]), total, steps)
-
-
-def _env_error(where: str, error: BaseException) -> str:
-    """One line naming what failed: the env, where, and its own exception."""
-    return f"env {where} raised {type(error).__name__}: {' '.join(str(error).split())[:300]}"
 
 
 def _record_abort(env: gym.Env, error: str) -> None:

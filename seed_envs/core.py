@@ -109,6 +109,12 @@ class AgentDefaults:
 ACT_BY_ADMISSIBLE = "Each step, choose one of the admissible actions listed below."
 
 
+def env_error(where: str, error: BaseException) -> str:
+    """One line naming an env failure for whoever plays the env (a rollout slot, ``seed-envs``' runner):
+    the env, where (``reset``, ``step 3``) and its own exception, shortened."""
+    return f"env {where} raised {type(error).__name__}: {' '.join(str(error).split())[:300]}"
+
+
 def quote_action(action: str) -> str:
     """A bad action quoted back to the agent, shortened so a huge string never floods the prompt."""
     short = action if len(action) <= MAX_ACTION_ECHO else action[:MAX_ACTION_ECHO] + "..."

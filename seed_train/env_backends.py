@@ -25,6 +25,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from seed_envs.core import env_error
+
 if TYPE_CHECKING:  # pragma: no cover
     from seed_train.rollout import EnvSpec
 
@@ -33,7 +35,8 @@ ENV_BACKENDS = ("sync", "async", "ray")
 #: The reset option holding one entry per slot: ``{"options": {...}}`` to start an episode, or None.
 SLOT_JOBS = "slot_jobs"
 
-#: What :func:`seed_train.rollout.run_episodes` reads of a step's info (all a slot passes on).
+#: What a slot passes on of an env's info: what :func:`seed_train.rollout.run_episodes` reads, and the
+#: ``task_id`` that names a slot's episode to whoever inspects it.
 ROLLOUT_INFO_KEYS = ("trajectory", "env_failed", "env_error", "slot_idle", "task_id")
 
 
@@ -91,7 +94,7 @@ class RolloutSlot(gym.Wrapper):
         try:
             obs, info = self.env.reset(seed=seed, options=job.get("options"))
         except Exception as e:  # noqa: BLE001  (the env's fault ends its episode, not the run: see step)
-            self._reset_error = _error_text("reset", e)
+            self._reset_error = env_error("reset", e)
             self._replace_env()
             return self._idle(), {"env_failed": True, "env_error": self._reset_error}
         self._last_obs = obs
@@ -107,7 +110,7 @@ class RolloutSlot(gym.Wrapper):
             obs, reward, terminated, truncated, info = self.env.step(action)
         except Exception as e:  # noqa: BLE001
             self._live = False
-            error = _error_text("step", e)
+            error = env_error("step", e)
             info = {"env_failed": True, "env_error": error}
             abort = getattr(self.env, "abort_episode", None)  # the recorder: the steps played so far
             trajectory = abort(error) if callable(abort) else None
@@ -135,12 +138,6 @@ class RolloutSlot(gym.Wrapper):
 def _rollout_info(info: dict[str, Any]) -> dict[str, Any]:
     """The keys of ``info`` the rollout reads (see :class:`RolloutSlot`)."""
     return {k: info[k] for k in ROLLOUT_INFO_KEYS if k in info}
-
-
-def _error_text(where: str, error: BaseException) -> str:
-    """One line: where the env failed and its own exception (type and message, shortened)."""
-    message = " ".join(str(error).split())
-    return f"env {where} raised {type(error).__name__}: {message[:300]}"
 
 
 def make_slot(spec: EnvSpec, index: int) -> gym.Env:

@@ -39,6 +39,7 @@ from typing import Any, get_args, get_type_hints
 
 from seed_train.config import SeedConfig
 from seed_train.logs import read_metrics
+from seed_train.progress import clock
 from seed_train.seed_statistics import COMPARISON_HEADER, READING_NOTE, comparison_row, sample_sd
 
 # name -> (config overrides, what the arm is). Values other engineers' fields need ("shuffled_tasks",
@@ -338,8 +339,8 @@ class Experiment:
                     self.run_unit(unit, say=lambda line: say(f"    {line}"))
                 durations.setdefault(unit.kind, []).append(time.perf_counter() - t0)
                 left = [u for u in units[k:] if not u.done()]
-                say(f"{head}: done in {_clock(durations[unit.kind][-1])}; elapsed "
-                    f"{_clock(time.perf_counter() - started)}, ETA {_clock(_eta(left, durations))}")
+                say(f"{head}: done in {clock(durations[unit.kind][-1])}; elapsed "
+                    f"{clock(time.perf_counter() - started)}, ETA {clock(_eta(left, durations))}")
         return self.report()
 
     def _what(self, unit: Unit) -> str:
@@ -439,12 +440,6 @@ def _eta(left: Sequence[Unit], durations: dict[str, list[float]]) -> float:
     every = [d for ds in durations.values() for d in ds]
     fallback = sum(every) / len(every) if every else 0.0
     return sum(sum(durations[u.kind]) / len(durations[u.kind]) if durations.get(u.kind) else fallback for u in left)
-
-
-def _clock(seconds: float) -> str:
-    seconds = int(round(seconds))
-    h, m, s = seconds // 3600, seconds // 60 % 60, seconds % 60
-    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
 # ---------------------------------------------------------------------------------- the report

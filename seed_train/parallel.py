@@ -32,6 +32,8 @@ parameters every rollout needs whole: shard with FSDP2 instead), a DeepSpeed ``o
 """
 from __future__ import annotations
 
+import math
+
 import contextlib
 import os
 from collections.abc import Iterable, Iterator
@@ -80,10 +82,15 @@ class ReplicatedWeights:
             self.backward(logprobs.sum() * 0.0)
 
     def step(self, optimizer: "torch.optim.Optimizer", params: list["torch.Tensor"], max_norm: float) -> float:
-        """Average the gradients over ranks, clip them to ``max_norm``, step; returns the pre-clip norm."""
+        """Average the gradients over ranks, clip them to ``max_norm``, step; returns the pre-clip norm.
+
+        A non-finite norm (a NaN/inf loss or gradient) skips the step: the weights and the optimizer state
+        stay as they were. The norm is the averaged gradients' (sharded: the global one), the same on every
+        rank, so every rank skips together."""
         self.reduce_gradients(params)
         norm = self.clip_grad_norm(params, max_norm)
-        optimizer.step()
+        if math.isfinite(norm):
+            optimizer.step()
         return norm
 
     def reduce_gradients(self, params: Iterable["torch.Tensor"]) -> None:
@@ -164,6 +171,7 @@ class DeepSpeedZeroWeights(ReplicatedWeights):
         self.engine.backward(loss)
 
     def step(self, optimizer: "torch.optim.Optimizer", params: list["torch.Tensor"], max_norm: float) -> float:
+        # The engine applies its own rule to a non-finite gradient (its fp16 loss scaler skips the step).
         self.engine.step()
         norm = self.engine.get_global_grad_norm()
         return float(norm) if norm is not None else 0.0

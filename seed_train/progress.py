@@ -37,3 +37,10 @@ def progress_bar(total: int | None = None, desc: str = "", unit: str = "it", **k
 def say(message: str) -> None:
     """Print a line on stdout above any live bar (a plain print would land on the bar's line)."""
     tqdm.write(message)
+
+
+def clock(seconds: float) -> str:
+    """A duration as 1h02m03s / 4m05s / 12s (progress lines and ETAs)."""
+    seconds = int(round(seconds))
+    h, m, s = seconds // 3600, seconds // 60 % 60, seconds % 60
+    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")

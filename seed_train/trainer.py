@@ -60,7 +60,7 @@ from seed_train.evaluate import evaluate_policy, markdown_table, panel_of, with_
 from seed_train.reports import evaluation_label, write_run_report
 from seed_train.generation import GenerationBackend, HFGenerateBackend
 from seed_train.logs import MetricsLogger
-from seed_train.progress import bars_disabled, progress_bar, say as say_line
+from seed_train.progress import bars_disabled, clock, progress_bar, say as say_line
 from seed_train.losses import gate_advantage_covariance, opd_gate, seed_loss
 from seed_train.parallel import ReplicatedWeights, weight_layout_from_env
 from seed_train.policy import (LoraSettings, frozen_copy, load_policy, merge_and_restart_lora,
@@ -190,14 +190,12 @@ def update_policy(model, optimizer, samples: Sequence[StepSample], scored: dict,
             else:  # this rank has no samples in this minibatch: it still joins the gradient average
                 stats = {}
                 layout.backward_no_samples(model)
-            if not gradients_finite(params):
-                # A NaN/inf loss or gradient (a non-finite advantage, an overflow) would make every weight
-                # non-finite: the step is skipped on every rank (the decision is global), the weights and
-                # the optimizer state stay as they were, and the minibatch is counted, not averaged in.
-                optimizer.zero_grad(set_to_none=True)
+            stats["grad_norm"] = layout.step(optimizer, params, cfg.grad_clip)
+            if not math.isfinite(stats["grad_norm"]):
+                # A NaN/inf loss or gradient (a non-finite advantage, an overflow): the layout skipped the
+                # step (on every rank), so the weights stay finite; the minibatch is counted, not averaged in.
                 sums["nonfinite_minibatches_skipped"] += 1
                 continue
-            stats["grad_norm"] = layout.step(optimizer, params, cfg.grad_clip)
             for k, v in stats.items():
                 sums[k] += float(v)
                 counts[k] += 1
@@ -212,12 +210,6 @@ def update_policy(model, optimizer, samples: Sequence[StepSample], scored: dict,
     if "opd_tokens" in out:
         out["opd_tokens"] = opd_tokens
     return out
-
-
-def gradients_finite(params: Sequence[torch.Tensor]) -> bool:
-    """Whether every gradient is finite on every rank (one flag summed over ranks: all skip or none)."""
-    bad = any(p.grad is not None and not bool(torch.isfinite(p.grad).all()) for p in params)
-    return sum_over_ranks(float(bad)) == 0
 
 
 def no_gradient_signal(advantages: torch.Tensor, opd_tokens: int, cfg: SeedConfig) -> bool:
@@ -640,14 +632,9 @@ def stage2(policy: Policy, cfg: SeedConfig, layout: Any, start: int, results: di
 
 
 def iterations_eta(elapsed_s: float, done: int, left: int) -> str:
-    """The time the ``left`` iterations will take at the mean pace of the ``done`` ones, as 1h02m03s / 4m05s
-    / 12s; "" when none is left (a log without a terminal has no bar: the phase lines carry the ETA)."""
-    if left <= 0 or done <= 0:
-        return ""
-    seconds = round(elapsed_s / done * left)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else (f"{minutes}m{secs:02d}s" if minutes else f"{secs}s")
+    """The time the ``left`` iterations will take at the mean pace of the ``done`` ones (:func:`clock`); ""
+    when none is left (a log without a terminal has no bar: the phase lines carry the ETA)."""
+    return clock(elapsed_s / done * left) if left > 0 and done > 0 else ""
 
 
 def finish(policy: Policy, cfg: SeedConfig, results: dict[str, Any], say: Callable[[str], None]) -> None:

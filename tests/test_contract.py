@@ -16,6 +16,7 @@ from gymnasium.utils.env_checker import check_env
 
 import seed_envs
 import sixth_env
+from seed_agents.contract import junk_actions
 from seed_envs.core import INFO_KEYS
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -98,33 +99,21 @@ def test_observation_and_info_contract(env_id, obs_mode):
     assert info["success"], "the expert should win this seeded test task"
 
 
-def junk_action(rng: random.Random, i: int) -> str:
-    kinds = [
-        lambda: "",
-        lambda: "".join(chr(rng.randrange(0x80, 0x2FFF)) for _ in range(rng.randrange(1, 80))),
-        lambda: "x" * 1_000_000,
-        lambda: "<action>" * 50 + "</think>",
-        lambda: "\x00\x01\x02\n\t\r",
-        lambda: "click[../../etc/passwd]",
-        lambda: "<script>alert(1)</script>",
-        lambda: "search[" + "a" * 10_000 + "]",
-        lambda: "__import__('os').system('true')",
-        lambda: "  \n  ",
-    ]
-    return kinds[i % len(kinds)]()
+#: Hostile actions that are well-formed in WebShop / SearchQA (a path in a click, a 10k-character query):
+#: they must not raise there (a long query is truncated), but need not be invalid.
+WELL_FORMED_HOSTILE = ("click[../../etc/passwd]", "search[" + "a" * 10_000 + "]")
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_two_thousand_junk_actions_never_raise_and_are_flagged(env_id):
     env = gym.make(env_id)
-    rng = random.Random(0)
+    junk = junk_actions(random.Random(0))  # the contract checker's own junk (seed_agents/contract.py)
     env.reset(seed=0)
     for i in range(2000):
-        obs, reward, term, trunc, info = env.step(junk_action(rng, i))
+        hostile = i % 10 in (5, 7)
+        obs, reward, term, trunc, info = env.step(WELL_FORMED_HOSTILE[i % 10 == 7] if hostile else next(junk))
         assert isinstance(obs["text"], str)
-        # Kinds 5 and 7 (click[...], search[10k chars]) are well-formed actions in WebShop/SearchQA:
-        # they must not raise there (a long query is truncated), but need not be invalid.
-        if i % 10 not in (5, 7):
+        if not hostile:
             assert info["invalid_action"] is True, f"junk action #{i} not flagged"
         assert len(obs["text"]) < 10_000, "a junk action must not be echoed back whole"
         if term or trunc:

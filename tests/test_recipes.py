@@ -91,3 +91,18 @@ def test_recipes_command_lists_and_prints(capsys):
     assert capsys.readouterr().out == recipe_path("webshop-cpu").read_text(encoding="utf-8")
     assert main_train(["recipes", "../cli"]) == 2
     assert "no recipe '../cli'" in capsys.readouterr().err
+
+
+def test_recipe_budgets_benchmark_measures_expert_episodes_and_prompts():
+    """benchmarks/recipe_budgets.py, which backs the recipes' budget comments, on a small case: EZPoints'
+    expert writes a formula of 4 tokens, one per step; every prompt is counted."""
+    from script_loader import load_script
+    from transformers import AutoTokenizer
+
+    from seed_train.codec import prompt_codec
+
+    bench = load_script("benchmarks/recipe_budgets.py")
+    codec = prompt_codec(AutoTokenizer.from_pretrained(str(cached_tiny_model(seed=0))))
+    m = bench.measure(SeedConfig.from_dict(_read_yaml("ezpoints-cpu")), "train", 3, codec)
+    assert m["steps"] == [4, 4, 4] and m["won"] == 3 and m["budget"] == 5
+    assert len(m["prompts"]) == 12 and min(m["prompts"]) > 20
