@@ -57,6 +57,11 @@ def format_table(summary: dict[str, dict[str, float]]) -> str:
     return "\n".join(rows)
 
 
+#: The runner's env limits, as the trainer's defaults (seed_train.config: env_step_timeout_s, ...): far past
+#: any call of our envs on a loaded 2-core machine, so they fire only on a hung env.
+ENV_STEP_TIMEOUT_S, ENV_EPISODE_TIMEOUT_S = 300.0, 1800.0
+
+
 def _make(args: argparse.Namespace) -> gym.Env:
     """The env for ``args.agent``: the bare env for scripted agents; for a model agent the same stack as
     training (prompt renderer and action parser with the env's own defaults; see wrappers.stack)."""
@@ -67,13 +72,22 @@ def _make(args: argparse.Namespace) -> gym.Env:
         value = getattr(args, name, None)
         if value is not None:
             kwargs[name] = value
+    limits = {"step_timeout_s": getattr(args, "env_step_timeout", 0.0) or 0.0,
+              "episode_timeout_s": getattr(args, "env_episode_timeout", 0.0) or 0.0}
+    if min(limits.values()) < 0:
+        raise ValueError("--env-step-timeout / --env-episode-timeout: expected seconds >= 0 (0: no limit)")
     if getattr(args, "agent", None) != "openai":
-        return gym.make(args.env_id, **kwargs)
+        env = gym.make(args.env_id, **kwargs)
+        if limits["step_timeout_s"] or limits["episode_timeout_s"]:
+            from wrappers.deadline import EnvDeadline
+
+            env = EnvDeadline(env, limits["step_timeout_s"] or limits["episode_timeout_s"], limits["episode_timeout_s"])
+        return env
     from wrappers.stack import make_agent_env
 
     stack_args = {name: kwargs.pop(name) for name in ("split", "max_steps") if name in kwargs}
     return make_agent_env(args.env_id, history=args.history, action_format=args.action_format,
-                          env_kwargs=kwargs, **stack_args)
+                          env_kwargs=kwargs, **stack_args, **limits)
 
 
 def _agent_factory(args: argparse.Namespace) -> Callable[[gym.Env], Agent]:
@@ -254,6 +268,11 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--agent", default="expert", choices=AGENTS,
                         help="expert, random, or openai (a model behind an OpenAI-compatible endpoint)")
         sp.add_argument("--concurrency", type=int, default=1, help="episodes played at once (threads, one env each)")
+        sp.add_argument("--env-step-timeout", dest="env_step_timeout", type=float, default=ENV_STEP_TIMEOUT_S,
+                        help="seconds one env reset or step may take; past it the episode ends as an env failure "
+                             "and the env is replaced (0: no limit; docs/fault-policy.md)")
+        sp.add_argument("--env-episode-timeout", dest="env_episode_timeout", type=float, default=ENV_EPISODE_TIMEOUT_S,
+                        help="seconds the env's calls of one episode may take together (0: no limit)")
         g = sp.add_argument_group("--agent openai (docs/endpoints.md)")
         g.add_argument("--base-url", dest="base_url", default=None, help="API root, e.g. http://127.0.0.1:8080/v1")
         g.add_argument("--model", default=None, help="the model name the server knows")
@@ -261,8 +280,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="environment variable holding the API key (default OPENAI_API_KEY, optional)")
         g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
         g.add_argument("--max-tokens", dest="max_tokens", type=int, default=256)
-        g.add_argument("--timeout", type=float, default=60.0, help="seconds per attempt")
-        g.add_argument("--max-retries", dest="max_retries", type=int, default=2, help="on 429/5xx/timeouts, with backoff")
+        g.add_argument("--timeout", type=float, default=60.0,
+                       help="seconds one attempt may take in all (connect, headers, body)")
+        g.add_argument("--max-retries", dest="max_retries", type=int, default=2,
+                       help="on 408/409/429/5xx, timeouts, dropped connections, unusable replies; with backoff")
         g.add_argument("--history", type=int, default=None, help="past steps in the prompt (default: the env's)")
         g.add_argument("--action-format", dest="action_format", default=None,
                        help="how the model writes its action (default: the env's)")
@@ -312,6 +333,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ImportError) as e:  # configuration errors, a missing extra: say which, no traceback
         print(f"seed-envs: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        from seed_agents.runner import exit_interrupted
+
+        exit_interrupted("seed-envs")
 
 
 if __name__ == "__main__":

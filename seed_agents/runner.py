@@ -4,10 +4,13 @@ Endpoint agents spend their time waiting on the server, so several tasks run at 
 thread with its own env (envs are not thread-safe) and its own agent view (an expert is bound to its
 env; an endpoint agent is shared, its HTTP client is thread-safe). Results come back in panel order,
 whatever order the tasks finished in. An :class:`~seed_agents.agents.AgentError` (an endpoint that kept
-failing) ends only its own episode, as a recorded failure; other errors stop the run.
+failing) ends only its own episode, as a recorded failure; other errors stop the run. Ctrl-C returns at
+once, without waiting for workers still inside a call (the CLIs then end the process: :func:`exit_interrupted`).
 """
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -30,6 +33,18 @@ class EpisodeResult:
     steps: int
     error: str | None = None  # why the agent or the env could not go on (the episode then counts as a failure)
     env_failed: bool = False  # the env raised (its worker's env is rebuilt before the next episode)
+
+
+def exit_interrupted(prog: str) -> None:
+    """End the process after Ctrl-C at once, whatever worker threads still wait on (exit status 130).
+
+    Every episode that ended was already written (trajectory writers append and fsync each as it ends);
+    ``os._exit`` skips the interpreter's join of worker threads, which would otherwise wait for a hung
+    endpoint call."""
+    print(f"{prog}: interrupted; episodes that ended before are written", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)
 
 
 def run_episode(env: gym.Env, agent: Agent, *, task_id: str | None = None, seed: int | None = None,
@@ -108,6 +123,7 @@ def play_panel(
             raise ValueError(f"{name}: expected one per task ({n}), got {len(values)}")
     local = threading.local()
     opened: list[gym.Env] = []
+    interrupted = False
     lock = threading.Lock()
 
     def worker() -> tuple[gym.Env, Agent]:
@@ -137,15 +153,23 @@ def play_panel(
     try:
         if concurrency == 1 or n <= 1:
             return [play(k) for k in range(n)]
-        with ThreadPoolExecutor(max_workers=min(concurrency, n), thread_name_prefix="seed-agents") as pool:
+        pool = ThreadPoolExecutor(max_workers=min(concurrency, n), thread_name_prefix="seed-agents")
+        try:
             futures = [pool.submit(play, k) for k in range(n)]
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            failed = [f for f in done if f.exception() is not None]
-            if failed:  # a bug, not an endpoint failure: stop starting tasks and raise it
-                for f in futures:
-                    f.cancel()
-                raise failed[0].exception()
-            return [f.result() for f in futures]
+        except BaseException:
+            # Ctrl-C: leave without joining the workers (one may wait on an endpoint for its whole deadline);
+            # tasks not started are dropped, episodes already ended were handed to ``on_finished``.
+            interrupted = True
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        failed = [f for f in done if f.exception() is not None]
+        if failed:  # a bug, not an endpoint failure: stop starting tasks and raise it
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise failed[0].exception()
+        pool.shutdown(wait=True)
+        return [f.result() for f in futures]
     finally:
-        for env in opened:
-            env.close()
+        if not interrupted:  # (envs a running worker still uses are left to the process's end)
+            for env in opened:
+                env.close()

@@ -330,8 +330,10 @@ def main_eval(argv: list[str] | None = None) -> int:
     g.add_argument("--endpoint", default=None, help="API root, e.g. http://127.0.0.1:8080/v1 (instead of a local model)")
     g.add_argument("--api-key-env", default=None, help="environment variable holding the key (default OPENAI_API_KEY)")
     g.add_argument("--concurrency", type=int, default=4, help="tasks played at once against the endpoint")
-    g.add_argument("--timeout", type=float, default=60.0, help="seconds per request attempt")
-    g.add_argument("--max-retries", type=int, default=2, help="retries with backoff on 429/5xx and timeouts")
+    g.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds one request attempt may take in all (connect, headers, body)")
+    g.add_argument("--max-retries", type=int, default=2,
+                   help="retries with backoff on 408/409/429/5xx, timeouts, dropped connections and unusable replies")
     args = p.parse_args(argv)
     try:
         cfg = eval_config(args)
@@ -346,7 +348,12 @@ def main_eval(argv: list[str] | None = None) -> int:
         print("seed-eval: several --seeds: sampling (temperature 1) so that the seeds differ", file=sys.stderr)
     args.sample = cfg.eval_temperature > 0
     if args.endpoint:
-        return eval_endpoint(args, cfg)
+        try:
+            return eval_endpoint(args, cfg)
+        except KeyboardInterrupt:  # workers may wait on the endpoint: end now, played episodes are written
+            from seed_agents.runner import exit_interrupted
+
+            exit_interrupted("seed-eval")
     from seed_train.evaluate import evaluate_policy, markdown_table, write_report
     from seed_train.preflight import check_model, check_output_dir
     from seed_train.trainer import eval_decoding, load

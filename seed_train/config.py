@@ -216,6 +216,12 @@ class SeedConfig:
                                    "episode whose prompt still does not fit ends truncated (ended_by "
                                    "prompt_overflow, counted in metrics and evaluations); 0: the model's context "
                                    "length minus max_new_tokens")
+    env_step_timeout_s: float = _f(300.0, "seconds one env reset or step may take; past it the env counts as hung: "
+                                          "its episode ends as an env failure and the env is replaced (0: no "
+                                          "limit; docs/fault-policy.md)")
+    env_episode_timeout_s: float = _f(1800.0, "seconds the env's own calls of one episode may take together (the "
+                                             "model's time not counted); past it the episode ends as an env "
+                                             "failure (0: no limit)")
     env_backend: str = _f("sync", "where envs step: sync (this process), async (gymnasium AsyncVectorEnv "
                                   "subprocesses) or ray (Ray actors; extra 'ray')")
     generation_backend: str = _f("hf", "rollout generation: hf (transformers generate) or vllm (extra 'vllm', GPU)")
@@ -351,6 +357,10 @@ class SeedConfig:
         need(not (self.generation_backend == "vllm" and self.logprob_temperature and self.temperature != 1.0),
              "logprob_temperature", "the vllm backend records log-probs at T=1: with --temperature other than 1 "
              "set --no-logprob-temperature")
+        for name in ("env_step_timeout_s", "env_episode_timeout_s"):
+            value = getattr(self, name)
+            need(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                 and value >= 0, name, "must be a number of seconds >= 0 (0: no limit)")
         need(self.temperature > 0, "temperature", "must be > 0")
         need(self.eval_temperature >= 0, "eval_temperature", "must be >= 0 (0 = greedy)")
         need(self.eval_samples == 1 or self.eval_temperature > 0, "eval_samples",

@@ -12,6 +12,7 @@ import dataclasses
 
 import json
 import math
+import os
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -103,28 +104,46 @@ def evaluate_policy(
             say(f"evaluating {progress}: {spec.env_id} {spec.split}, {len(units)} episodes "
                 f"({len(panel)} tasks{f' x {samples_per_task}' if samples_per_task > 1 else ''}) ...")
         bar = progress_bar(total=len(mine), desc=f"eval {progress}", unit="episode")
+    # One process: each episode is written as it ends (a crash loses nothing played); the file is put in
+    # panel order at the end. Several ranks: the main one writes the gathered panel at the end.
+    streaming = bool(trajectories_path) and dist_info().world_size == 1
+    writer = None
+    if streaming:
+        Path(trajectories_path).unlink(missing_ok=True)  # one evaluation, one file
+        writer = TrajectoryWriter(trajectories_path)
     for start in range(0, len(mine), batch_size):
         jobs = [EpisodeJob(task_id=panel[k], seed=k, group_id=f"eval-{k}", meta={"eval": True, "sample": j}, member=j)
                 for k, j in mine[start:start + batch_size]]
         trajectories += run_episodes(backend, codec, pool, jobs, max_new_tokens=max_new_tokens, greedy=greedy,
                                      temperature=temperature, seed=seed * 1_000_003, stats=stats,
                                      on_finished=None if bar is None else bar.update,
-                                     max_prompt_tokens=max_prompt_tokens)
+                                     max_prompt_tokens=max_prompt_tokens,
+                                     on_trajectory=None if writer is None else writer.write)
     if bar is not None:
         bar.close()
     pool.close()
+    if writer is not None:
+        writer.close()
     trajectories = gather_lists(trajectories)  # the whole panel, in panel order
     if trajectories_path and dist_info().is_main:
-        Path(trajectories_path).unlink(missing_ok=True)  # one evaluation, one file
-        with TrajectoryWriter(trajectories_path) as writer:
-            for t in trajectories:
-                writer.write(t)
+        write_in_order(trajectories, trajectories_path)
     summary = summarize(trajectories)
     summary["meta"] = {"env_id": spec.env_id, "split": spec.split, "tasks": len(panel), "greedy": greedy,
                        "temperature": None if greedy else temperature, "samples_per_task": samples_per_task,
                        "seed": seed, "generate_s": stats.generate_s, "env_s": stats.env_s,
                        "generated_tokens": stats.generated_tokens}
     return summary
+
+
+def write_in_order(trajectories: Sequence[Trajectory], path: str | Path) -> None:
+    """``path`` holding ``trajectories`` in this order, replaced atomically (a reader never sees half)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    with TrajectoryWriter(tmp) as writer:
+        for t in trajectories:
+            writer.write(t)
+    os.replace(tmp, path)
 
 
 def evaluate_endpoint(

@@ -45,12 +45,15 @@ class EnvSpec:
     max_steps: int | None = None
     env_kwargs: dict = field(default_factory=dict)
     prompt_fits: Callable[[str], bool] | None = None  # the model's prompt budget (codec.PromptTokenBudget)
+    step_timeout_s: float = 0.0  # wall-clock limits on the env's own calls (wrappers.deadline; 0: none)
+    episode_timeout_s: float = 0.0
 
     def make(self, sink, *, trajectory_in_info: bool = False) -> gym.Env:
         env = make_agent_env(self.env_id, split=self.split, template=self.template, history=self.history,
                              max_steps=self.max_steps, action_format=self.action_format,
                              format_penalty=self.format_penalty, env_kwargs=self.env_kwargs,
-                             prompt_fits=self.prompt_fits)
+                             prompt_fits=self.prompt_fits, step_timeout_s=self.step_timeout_s,
+                             episode_timeout_s=self.episode_timeout_s)
         return TrajectoryRecorder(env, sink=sink, env_id=self.env_id, trajectory_in_info=trajectory_in_info)
 
 
@@ -176,9 +179,11 @@ def run_episodes(
     stats: RolloutStats | None = None,
     on_finished: Callable[[int], None] | None = None,
     max_prompt_tokens: int = 0,
+    on_trajectory: Callable[[Trajectory], None] | None = None,
 ) -> list[Trajectory]:
     """Play every job to its end; trajectories come back in job order. ``on_finished(k)`` is told each
-    turn how many episodes ended in it (a progress bar's ``update``).
+    turn how many episodes ended in it (a progress bar's ``update``); ``on_trajectory(t)`` gets each
+    episode's trajectory as it ends (e.g. to write it at once, so a crash later loses nothing played).
 
     ``max_prompt_tokens`` > 0: an episode whose encoded prompt is longer is not generated for; it ends
     truncated (:class:`wrappers.PromptOverflow`, ``meta["ended_by"] = "prompt_overflow"``) rather than
@@ -253,6 +258,10 @@ def run_episodes(
                     jobs[i], pool.spec, str(_at(infos, "env_error", i)))
             elif (trajectory := _at(infos, "trajectory", i)) is not None:
                 finished[i] = trajectory
+        if on_trajectory is not None:
+            for i in active:
+                if i not in still_active and i in finished:
+                    on_trajectory(finished[i])
         if on_finished is not None and len(still_active) < len(active):
             on_finished(len(active) - len(still_active))
         active = still_active

@@ -3,6 +3,8 @@ numbers ending in 1 raise in ``step`` at the second step, those ending in 2 rais
 by name, so subprocess backends build it: ``faulty_env:test/FaultyEcho-v0``)."""
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 
 import toy_env
@@ -56,3 +58,31 @@ def make_mixed(**kwargs) -> gym.Env:
 
 if MIXED_INFO_ID not in gym.registry:
     gym.register(id=MIXED_INFO_ID, entry_point="faulty_env:make_mixed")
+
+
+HANGING_ID = "test/HangingEcho-v0"
+#: How long a hung call sleeps (far past any limit the tests set; the abandoned thread is a daemon).
+HANG_S = 120.0
+
+
+class HangingEchoEnv(FaultyEchoEnv):
+    """FaultyEcho whose env hangs instead of raising: task numbers ending in 3 sleep in ``step`` at the
+    second step, those ending in 4 sleep in ``reset``."""
+
+    def _start_task(self, task_id):
+        if self._number(task_id) % 10 == 4:
+            time.sleep(HANG_S)
+        return super()._start_task(task_id)
+
+    def _apply(self, action):
+        if self._steps == 1 and self._number(self.task.task_id) % 10 == 3:
+            time.sleep(HANG_S)
+        return super()._apply(action)
+
+
+def make_hanging(**kwargs) -> gym.Env:
+    return toy_env.make_with_time_limit(HangingEchoEnv, **kwargs)
+
+
+if HANGING_ID not in gym.registry:
+    gym.register(id=HANGING_ID, entry_point="faulty_env:make_hanging")

@@ -50,3 +50,15 @@ def test_every_skill_source_the_config_accepts_is_built_and_no_other(tmp_path):
 def test_advantage_methods_outside_the_list_are_refused():
     with pytest.raises(ValueError, match="method"):
         step_advantages([], method="ppo")
+
+
+def test_the_runners_env_limits_are_the_trainers():
+    """seed-envs (which never imports seed_train) restates the env wall-clock limits; one fault policy."""
+    from seed_agents import cli
+
+    assert cli.ENV_STEP_TIMEOUT_S == config.field_default("env_step_timeout_s")
+    assert cli.ENV_EPISODE_TIMEOUT_S == config.field_default("env_episode_timeout_s")
+    with pytest.raises(ValueError, match="env_step_timeout_s"):
+        config.SeedConfig(env_step_timeout_s=-1)
+    with pytest.raises(ValueError, match="env_episode_timeout_s"):
+        config.SeedConfig(env_episode_timeout_s=float("nan"))

@@ -29,6 +29,16 @@ SECRET = "sk-test-0123456789abcdef-secret"
 HANG = "hang"
 
 
+def raw(body: bytes | str, content_type: str = "application/json", status: int = 200) -> tuple:
+    """A script entry answering ``body`` as it is (no completion built around it)."""
+    return ("raw", status, content_type, body.encode() if isinstance(body, str) else body)
+
+
+def drip(interval: float) -> tuple:
+    """A script entry sending a whole valid reply, status line and headers included, one byte per ``interval``."""
+    return ("drip", interval)
+
+
 class ScriptedServer:
     """A chat-completions server on 127.0.0.1 that answers from a script, then 200s.
 
@@ -61,6 +71,26 @@ class ScriptedServer:
                 try:
                     if answer == HANG:
                         server._release.wait(30)
+                        return
+                    if isinstance(answer, tuple) and answer[0] == "raw":
+                        _, status, content_type, data = answer
+                        self._answered()
+                        self.send_response(status)
+                        self.send_header("Content-Type", content_type)
+                        self.send_header("Content-Length", str(len(data)))
+                        self.end_headers()
+                        self.wfile.write(data)
+                        return
+                    if isinstance(answer, tuple) and answer[0] == "drip":
+                        data = json.dumps(completion(server.reply, body)).encode()
+                        reply = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+                        self.close_connection = True
+                        for k in range(len(reply)):
+                            if server._release.wait(answer[1]):
+                                return
+                            self.wfile.write(reply[k:k + 1])
+                            self.wfile.flush()
                         return
                     if answer is not None:
                         status, headers = answer
@@ -143,7 +173,7 @@ def test_500_is_retried_with_exponential_backoff():
 def test_an_endpoint_still_failing_after_its_retries_is_a_clear_error():
     with ScriptedServer([(500, {})] * 5) as server:
         agent = OpenAIChatAgent(server.base_url, "m", max_retries=1, timeout=10)
-        with pytest.raises(EndpointError, match=r"failed after 1 retries: HTTP 500"):
+        with pytest.raises(EndpointError, match=r"failed after 2 attempts \(1 retry spent\): HTTP 500"):
             agent.act("hello")
     assert len(server.requests) == 2
 
@@ -181,6 +211,141 @@ def test_a_failing_endpoint_ends_only_its_episode_and_every_episode_is_written(t
     page = write_viewer([out], tmp_path / "view.html").read_text()
     assert '"completion_tokens": 3' in page or '"completion_tokens":3' in page  # the viewer shows usage
     assert "Timeout" in page  # and the failed episode's error (its meta)
+
+
+# ------------------------------------------------------------------------------------ misbehaving servers
+def test_a_server_that_drips_its_reply_is_cut_at_the_attempts_total_deadline():
+    """One byte every 50 ms: each read returns well within the timeout, the whole reply would take ~15 s."""
+    with ScriptedServer([drip(0.05), drip(0.05)]) as server:
+        agent = OpenAIChatAgent(server.base_url, "m", max_retries=1, timeout=0.5)
+        start = time.monotonic()
+        with pytest.raises(EndpointError, match=r"failed after 2 attempts .*Timeout: no complete reply within 0.5 s"):
+            agent.act("hello")
+        elapsed = time.monotonic() - start
+    assert len(server.requests) == 2 and 1.0 <= elapsed < 4.0
+
+
+HTML = "<html><body><h1>502 Bad Gateway</h1></body></html>"
+UNUSABLE = {  # reply body (as served with status 200) -> what the error must say
+    "html": (raw(HTML, "text/html"), "not JSON"),
+    "invalid json": (raw('{"choices": [{"message": '), "not JSON"),
+    "json array": (raw("[1, 2, 3]"), "a JSON list"),
+    "choices a string": (raw('{"choices": "abc"}'), "'choices' is a str"),
+    "no choices": (raw('{"choices": []}'), "'choices' is a list"),
+    "message null": (raw('{"choices": [{"message": null}]}'), "message is missing or null"),
+    "content null": (raw('{"choices": [{"message": {"content": null}}]}'), "content is missing or null"),
+    "tool calls": (raw('{"choices": [{"message": {"content": null, "tool_calls": [{"id": "1"}]}}]}'), "tool calls"),
+    "content a number": (raw('{"choices": [{"message": {"content": 3}}]}'), "content is a int"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNUSABLE))
+def test_an_unusable_reply_is_retried_then_recorded_as_the_calls_failure(name):
+    entry, says = UNUSABLE[name]
+    with ScriptedServer([entry]) as server:  # the retry gets a good reply
+        reply = OpenAIChatAgent(server.base_url, "m", max_retries=1, timeout=10).act("hello")
+    assert str(reply) == "<action>3</action>" and reply.usage["retries"] == 1 and len(server.requests) == 2
+    with ScriptedServer([entry, entry]) as server:
+        with pytest.raises(EndpointError, match="failed after 2 attempts") as caught:
+            OpenAIChatAgent(server.base_url, "m", max_retries=1, timeout=10).act("hello")
+    assert f"unusable reply: {says}" in str(caught.value) or says in str(caught.value)
+
+
+def test_a_reply_over_the_size_cap_is_refused_not_stored():
+    huge = json.dumps({"choices": [{"message": {"content": "x" * 3_000_000}}]})
+    with ScriptedServer([raw(huge)]) as server:
+        agent = OpenAIChatAgent(server.base_url, "m", max_retries=0, timeout=10)
+        with pytest.raises(EndpointError, match=r"unusable reply: reply larger than 1048576 bytes"):
+            agent.act("hello")
+    with ScriptedServer([raw(huge)]) as server:
+        reply = OpenAIChatAgent(server.base_url, "m", max_retries=1, timeout=10).act("hello")
+    assert str(reply) == "<action>3</action>"
+
+
+def test_usage_that_is_not_a_count_is_recorded_as_none():
+    body = json.dumps({"model": ["not", "a", "name"], "choices": [{"message": {"content": "<action>1</action>"},
+                                                                  "finish_reason": 7}],
+                       "usage": {"prompt_tokens": "many", "completion_tokens": -3}})
+    with ScriptedServer([raw(body)]) as server:
+        reply = OpenAIChatAgent(server.base_url, "m", max_retries=0, timeout=10).act("hello")
+    assert str(reply) == "<action>1</action>"
+    assert {k: reply.usage[k] for k in ("prompt_tokens", "completion_tokens", "finish_reason", "model")} == dict.fromkeys(
+        ("prompt_tokens", "completion_tokens", "finish_reason", "model"))
+
+
+def test_a_client_error_and_an_over_long_retry_after_say_that_no_retry_ran():
+    with ScriptedServer([(400, {})]) as server:
+        with pytest.raises(EndpointError, match=r"failed after 1 attempt \(not retried: HTTP 400 is a client error\)"):
+            OpenAIChatAgent(server.base_url, "m", max_retries=2, timeout=10).act("hello")
+    assert len(server.requests) == 1
+    with ScriptedServer([(429, {"Retry-After": "300"})]) as server:
+        with pytest.raises(EndpointError, match=r"failed after 1 attempt \(not retried: the server asked to wait 300 s"):
+            OpenAIChatAgent(server.base_url, "m", max_retries=2, timeout=10).act("hello")
+    assert len(server.requests) == 1
+
+
+def test_seed_eval_with_a_gateway_page_on_every_fifth_request_plays_and_reports_every_episode(tmp_path, capsys):
+    """The issue's reproduction: an HTML page on every 5th request used to stop the evaluation with 5 of 8
+    episodes written and no report."""
+    pytest.importorskip("torch", reason="seed-eval is the trainer's command (the train extra)")
+    from seed_train.cli import main_eval
+
+    script = [raw(HTML, "text/html") if k % 5 == 4 else None for k in range(200)]
+    out = tmp_path / "eval"
+    with ScriptedServer(script) as server:
+        assert main_eval(["--endpoint", server.base_url, "--model", "served", "--env", ENV, "--split", "unseen",
+                          "--limit", "8", "--concurrency", "4", "--max-retries", "1", "--out", str(out)]) == 0
+    summary = json.loads((out / "eval_seed0.json").read_text())
+    trajectories = list(read_trajectories(out / "seed0.trajectories.jsonl"))
+    assert summary["categories"]["all"]["episodes"] == 8 and len(trajectories) == 8
+    # (with 4 workers a call's retry may land on another 5th request: then that episode is a recorded failure)
+    assert summary["meta"]["errors"] == sum("error" in t.meta for t in trajectories)
+    assert all("unusable reply: not JSON" in t.meta["error"] for t in trajectories if "error" in t.meta)
+    html_served = sum(1 for entry in script[:len(server.requests)] if entry is not None)
+    retried = sum(s.usage["retries"] for t in trajectories for s in t.steps)
+    assert html_served >= 1 and retried + 2 * summary["meta"]["errors"] == html_served
+
+
+@pytest.mark.parametrize("command", ["seed-envs", "seed-eval"])
+def test_ctrl_c_ends_the_process_at_once_at_any_concurrency_and_keeps_ended_episodes(tmp_path, command):
+    """Two workers wait on a hung endpoint (30 s timeout); SIGINT ends the process within seconds (130), and
+    the episodes that ended before are in the file, whole."""
+    import signal
+    import subprocess
+
+    if command == "seed-eval":
+        pytest.importorskip("torch", reason="seed-eval is the trainer's command (the train extra)")
+    steps_before_hang = 24  # EZPoints unseen episodes of the scripted reply take 4-8 steps
+    with ScriptedServer([None] * steps_before_hang + [HANG] * 50) as server:
+        if command == "seed-envs":
+            out = tmp_path / "rec.jsonl"
+            args = [sys.executable, "-m", "seed_agents", "record", ENV, "--split", "unseen", "--episodes", "6",
+                    "--out", str(out)]
+        else:
+            out = tmp_path / "eval" / "seed0.trajectories.jsonl"
+            args = [sys.executable, "-c", "import sys; from seed_train.cli import main_eval; sys.exit(main_eval())", "--env", ENV, "--split", "unseen", "--limit", "6",
+                    "--model", "m", "--endpoint", server.base_url, "--out", str(tmp_path / "eval")]
+        if command == "seed-envs":
+            args += ["--agent", "openai", "--base-url", server.base_url, "--model", "m"]
+        args += ["--concurrency", "2", "--timeout", "30", "--max-retries", "0"]
+        process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while len(server.requests) < steps_before_hang + 2 and time.monotonic() < deadline:
+            time.sleep(0.1)  # both workers are now inside a hung call
+        assert len(server.requests) >= steps_before_hang + 2
+        time.sleep(0.3)
+        start = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        try:
+            _, err = process.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise AssertionError("the process did not end within 15 s of SIGINT")
+        elapsed = time.monotonic() - start
+    assert process.returncode == 130 and elapsed < 10, err
+    assert "interrupted" in err and "Traceback" not in err
+    ended = list(read_trajectories(out))
+    assert 1 <= len(ended) < 6 and all(t.steps for t in ended)
 
 
 # ------------------------------------------------------------------------------------ API key

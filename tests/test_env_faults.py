@@ -3,6 +3,10 @@ the episode comes back marked ``env_failed`` with the env's own error and the st
 slot's env is replaced, the other episodes of the batch are untouched, and the next batch plays on."""
 from __future__ import annotations
 
+import dataclasses
+import time
+
+import gymnasium as gym_module
 import pytest
 import torch
 
@@ -89,3 +93,97 @@ def test_info_keys_of_mixed_types_across_envs_do_not_break_a_batch(tiny):
     finally:
         pool.close()
     assert [t.steps[-1].info["extra"] for t in played] == [None, {"bought": 1}, None, {"bought": 1}]
+
+
+# ------------------------------------------------------------------------------------ hangs (wall-clock limits)
+HANGING = dataclasses.replace(SPEC, env_id="faulty_env:test/HangingEcho-v0", step_timeout_s=1.0)
+
+
+@pytest.mark.parametrize("backend", ["sync", "async"])
+def test_a_hanging_env_ends_only_its_episode_at_the_step_limit_and_is_replaced(tiny, backend):
+    """Tasks 3 and 4 sleep for minutes in step 2 and in reset: each ends at the 1 s limit as an env failure
+    (the steps it played kept), the other episodes are untouched, and the slots play the next batch."""
+    pool = EnvPool(HANGING, backend)
+    try:
+        start = time.monotonic()
+        played = run_episodes(tiny.backend, tiny.codec, pool, jobs([0, 3, 4, 5]), max_new_tokens=3, seed=0)
+        elapsed = time.monotonic() - start
+        by_task = {t.task_id[-1]: t for t in played}
+        assert all(not by_task[n].meta.get("env_failed") and by_task[n].steps for n in "05")
+        step_hang, reset_hang = by_task["3"], by_task["4"]
+        assert step_hang.meta["env_failed"] and len(step_hang.steps) == 1 and not step_hang.success
+        assert "env step raised EnvTimeout: step 2 took longer than 1 s (the step limit)" in step_hang.meta["env_error"]
+        assert reset_hang.meta["env_failed"] and reset_hang.steps == []
+        assert "reset took longer than 1 s" in reset_hang.meta["env_error"]
+        again = run_episodes(tiny.backend, tiny.codec, pool, jobs([6, 7, 8, 9]), max_new_tokens=3, seed=0)
+        assert all(not t.meta.get("env_failed") for t in again)
+    finally:
+        pool.close()
+    assert elapsed < faulty_env.HANG_S / 4  # the run did not wait for the hung calls
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_seed_envs_runner_ends_a_hanging_episode_at_the_step_limit(concurrency):
+    import gymnasium as gym
+
+    import seed_envs
+    from seed_agents.runner import play_panel
+    from wrappers.deadline import EnvDeadline
+
+    task_ids = [f"echo/test/{1000 + n:04d}" for n in range(6)]
+    start = time.monotonic()
+    results = play_panel(lambda: EnvDeadline(gym.make(faulty_env.HANGING_ID, split="test", n_tasks=20, max_steps=3), 1.0),
+                         lambda env: seed_envs.make_expert(env), task_ids, concurrency=concurrency)
+    assert time.monotonic() - start < faulty_env.HANG_S / 4
+    by_number = {int(r.task_id[-1]): r for r in results}
+    assert by_number[3].env_failed and "step 2 took longer than 1 s" in by_number[3].error
+    assert by_number[4].env_failed and "reset took longer than 1 s" in by_number[4].error
+    assert all(r.success and not r.error for n, r in by_number.items() if n not in (1, 2, 3, 4))
+
+
+class SlowSteps(gym_module.Env):
+    """Each step takes ``delay`` seconds; never ends by itself."""
+
+    observation_space = gym_module.spaces.Discrete(1)
+    action_space = gym_module.spaces.Discrete(1)
+
+    def __init__(self, delay: float):
+        self.delay, self.closed = delay, False
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return 0, {}
+
+    def step(self, action):
+        time.sleep(self.delay)
+        return 0, 0.0, False, False, {}
+
+    def close(self):
+        self.closed = True
+
+
+def test_env_deadline_limits_each_call_and_the_episodes_total():
+    from wrappers.deadline import EnvDeadline, EnvTimeout
+
+    env = EnvDeadline(SlowSteps(0.2), step_timeout_s=5.0, episode_timeout_s=0.5)
+    env.reset(seed=0)
+    env.step(0), env.step(0)
+    with pytest.raises(EnvTimeout, match=r"took 0\.\d s by step 3, over the 0.5 s episode limit"):
+        env.step(0)
+    env.reset(seed=0)  # an episode over its total only ends: the env is fine
+    env.step(0)
+    env.close()
+    assert env.unwrapped.closed
+
+    hung = EnvDeadline(SlowSteps(3.0), step_timeout_s=0.3)
+    hung.reset()
+    start = time.monotonic()
+    with pytest.raises(EnvTimeout, match="step 1 took longer than 0.3 s"):
+        hung.step(0)
+    assert time.monotonic() - start < 1.5
+    with pytest.raises(EnvTimeout, match="abandoned"):  # nothing more runs on an env in an unknown state
+        hung.reset()
+    hung.close()
+    assert not hung.unwrapped.closed  # (its abandoned call may still be inside it)
+    with pytest.raises(ValueError, match="step_timeout_s"):
+        EnvDeadline(SlowSteps(0.0), step_timeout_s=0)

@@ -192,6 +192,36 @@ def test_sampled_evaluation_plays_each_task_k_times_with_paired_noise(tiny_polic
         evaluate_policy(tiny_policy.backend, tiny_policy.codec, spec, max_new_tokens=4, samples_per_task=2)
 
 
+def test_a_local_evaluation_writes_each_episode_as_it_ends_and_a_crash_loses_none(tiny_policy, tmp_path):
+    """The backend dies on the third batch: the two batches played before are in the file, whole; a finished
+    evaluation's file is in panel order."""
+    from wrappers import read_trajectories
+
+    spec = EnvSpec(env_id="test/Echo-v0", split="test", template="compact", history=0, action_format="plain",
+                   format_penalty=0.1)
+
+    class DiesOnThirdBatch:
+        def __init__(self, inner):
+            self.inner, self.calls = inner, 0
+
+        def generate(self, prompts, **kwargs):
+            self.calls += 1
+            if self.calls == 3:
+                raise RuntimeError("device lost")
+            return self.inner.generate(prompts, **kwargs)
+
+    path = tmp_path / "eval.jsonl"
+    with pytest.raises(RuntimeError, match="device lost"):
+        evaluate_policy(DiesOnThirdBatch(tiny_policy.backend), tiny_policy.codec, spec, max_new_tokens=4,
+                        batch_size=3, trajectories_path=path)
+    written = list(read_trajectories(path))
+    assert len(written) == 6 and all(t.steps for t in written)  # Echo episodes take one step
+    evaluate_policy(tiny_policy.backend, tiny_policy.codec, spec, max_new_tokens=4, batch_size=5, limit=12,
+                    trajectories_path=path)
+    assert [t.seed for t in read_trajectories(path)] == list(range(12))
+    assert not path.with_name(path.name + ".tmp").exists()
+
+
 def test_eval_samples_need_sampling():
     with pytest.raises(ValueError, match="eval_samples"):
         SeedConfig(eval_samples=3)

@@ -18,6 +18,7 @@ from typing import Any
 import gymnasium as gym
 
 from wrappers.action_parser import LLMActionParser, format_instructions
+from wrappers.deadline import EnvDeadline
 from wrappers.prompt import DEFAULT_HISTORY, PromptRenderer, PromptTemplate
 
 #: The answer format of an env that declares none.
@@ -90,6 +91,8 @@ def make_agent_env(
     insert_after_task: str = "",
     env_kwargs: dict | None = None,
     prompt_fits: Callable[[str], bool] | None = None,
+    step_timeout_s: float = 0.0,
+    episode_timeout_s: float = 0.0,
 ) -> gym.Env:
     """``LLMActionParser(PromptRenderer(gym.make(env_id, split=split, max_steps=..., **env_kwargs)))``.
 
@@ -107,6 +110,10 @@ def make_agent_env(
         env_kwargs: further ``gym.make`` arguments (``split`` above takes precedence over one here).
         prompt_fits: the model's prompt budget as a test of a prompt: the renderer leaves out the oldest
             history until a prompt passes (:class:`PromptRenderer`); None keeps every prompt whole.
+        step_timeout_s: > 0: the longest one ``reset`` or ``step`` of the env may take; a call past it
+            raises :class:`wrappers.deadline.EnvTimeout` and the env is abandoned (:class:`EnvDeadline`).
+            0: no limit.
+        episode_timeout_s: > 0: the longest the env's calls of one episode may take together. 0: no limit.
     """
     env_kwargs = dict(env_kwargs or {})
     if max_steps is None and "max_steps" not in env_kwargs:
@@ -116,6 +123,8 @@ def make_agent_env(
         kwargs["max_steps"] = max_steps
     action_format = action_format or default_action_format(env_id)
     env = with_step_budget(gym.make(env_id, **kwargs), max_steps)
+    if step_timeout_s or episode_timeout_s:  # (an episode limit alone bounds each call by it too)
+        env = EnvDeadline(env, step_timeout_s or episode_timeout_s, episode_timeout_s)
     env = PromptRenderer(env, template=template, history=history, answer_format=format_instructions(action_format),
                          insert_after_task=insert_after_task, prompt_fits=prompt_fits)
     return LLMActionParser(env, format=action_format, format_penalty=format_penalty)
