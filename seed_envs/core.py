@@ -94,6 +94,9 @@ class AgentDefaults:
     ``hindsight``: the env's hindsight rule as a ``"module:function"`` entry point, imported only when a
     trainer annotates an episode (:func:`seed_envs.hindsight_rule_for`; None: the generic rule);
     ``wrong_rule``: likewise its wrong-rule rewriter for the content controls (None: the env has none).
+    ``shorten``: likewise its rule for a prompt over the model's budget, ``shorten(parts, level) -> parts
+    or None`` on a dict of ``observation``, ``history`` and ``admissible`` (``wrappers.PromptRenderer``
+    tries levels 1, 2, ... before it drops past steps; None: only the renderer's generic rule).
     """
 
     prompt: Mapping[str, str] = field(default_factory=dict)
@@ -103,6 +106,7 @@ class AgentDefaults:
     tool_verbs: tuple[ToolVerb, ...] = ()
     hindsight: str | None = None
     wrong_rule: str | None = None
+    shorten: str | None = None
 
 
 #: The sentence that tells an agent to pick from the listed actions (envs that list admissible actions).

@@ -173,10 +173,15 @@ def main_train(argv: list[str] | None = None) -> int:
                 bool(args.config) and "output_dir" in _read_yaml(args.config)))
     except ValueError as e:
         return fail("seed-train", e)
+    from seed_train.trainer import RunStopped
+
     try:  # train() checks env, splits, model folder and output folder before loading or creating anything
         results = train(cfg)
     except SetupError as e:  # a launch setting or checkpoint that does not fit: named, before any training
         return fail("seed-train", e)
+    except RunStopped as e:  # e.g. every episode failed for several iterations: what was played is written
+        fail("seed-train", e)
+        return 1
     print(stages_summary(cfg, results))
     return 0
 

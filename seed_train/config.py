@@ -66,6 +66,8 @@ BASELINES: dict[str, dict[str, Any]] = {
     "SEED": {},
 }
 ADVANTAGES = ("grpo", "grpo_mean", "gigpo")
+#: What a group with a failed member does (seed_train.trainer: its owner, tested equal).
+FAILED_GROUP = ("drop", "keep")
 ENV_BACKENDS = ("sync", "async", "ray")
 GENERATION_BACKENDS = ("hf", "vllm")
 
@@ -277,6 +279,11 @@ class SeedConfig:
                                         "sample score) or episode (the episode return, so every step of the episode)")
     group_stats: str = _f("steps", "GRPO group mean/std over the group's step samples (the paper's code: episodes "
                                    "weighted by length) or over its episodes (one return each)")
+    failed_group: str = _f("drop", "a group with a member whose env failed or whose reward is NaN/inf: drop (the "
+                                   "whole group leaves the update: a partial group biases its advantages) or keep "
+                                   "(its survivors are trained on); counted as groups_dropped (docs/fault-policy.md)")
+    max_failed_iterations: int = _f(3, "stop the run (one line) after this many consecutive Stage 2 iterations in "
+                                       "which every episode failed; such an iteration makes no update (0: never stop)")
     reward_mode: str = _f("success", "env reward passed to every env unless env_kwargs sets it: success (SEED: 10 on "
                                      "success, else 0) or env (the env's own reward); evaluation reports success/score either way")
     advantage: str = _f("grpo", "grpo (mean/std), grpo_mean (mean only) or gigpo (step-level)")
@@ -345,6 +352,7 @@ class SeedConfig:
                      "ppo_epochs", "minibatch_size", "skill_max_new_tokens", "eval_samples"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "must be an int >= 1")
         for name in ("stage1_demos", "iterations", "analyzer_retries", "skill_min_words", "eval_limit", "max_prompt_tokens",
+                     "max_failed_iterations",
                      "checkpoint_every", "analyzer_images", "threads"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 0, name, "must be an int >= 0")
         need(self.freeze_vision or not self.lora, "freeze_vision",
@@ -378,6 +386,7 @@ class SeedConfig:
              "shuffled_tasks takes each episode's skill from another task: needs tasks_per_iteration >= 2")
         need(self.opd_gate in OPD_GATES, "opd_gate", f"must be one of {OPD_GATES}")
         need(self.group_stats in GROUP_STATS, "group_stats", f"must be one of {GROUP_STATS}")
+        need(self.failed_group in FAILED_GROUP, "failed_group", f"must be one of {FAILED_GROUP}")
         need(self.format_penalty_on in FORMAT_PENALTY_ON, "format_penalty_on", f"must be one of {FORMAT_PENALTY_ON}")
         need(self.reward_mode in REWARD_MODES, "reward_mode", f"must be one of {REWARD_MODES}")
         need(self.dual_clip_c == 0 or self.dual_clip_c > 1, "dual_clip_c",

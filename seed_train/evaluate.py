@@ -216,10 +216,15 @@ def evaluate_endpoint(
 
 def episode_outcomes(trajectories: Sequence[Trajectory]) -> dict[str, bool]:
     """Success of each evaluation episode keyed by task (``task_id``, or ``task_id#sJ`` for sample J when a
-    task was played several times): the keys two evaluations of one panel share, for paired tests."""
+    task was played several times): the keys two evaluations of one panel share, for paired tests.
+
+    An episode whose env or endpoint failed (``meta["env_failed"]``, ``meta["error"]``) has no outcome of
+    the policy's: it is left out, so a paired test (:func:`paired_test`, over the keys both arms have)
+    leaves that task out of both arms rather than count the fault as the policy's failure. Summaries
+    count such episodes apart (``env_failures``, ``errors``)."""
     several = any(t.meta.get("sample", 0) for t in trajectories)
     return {(f"{t.task_id}#s{t.meta.get('sample', 0)}" if several else t.task_id): bool(t.success)
-            for t in trajectories}
+            for t in trajectories if not (t.meta.get("env_failed") or t.meta.get("error"))}
 
 
 def with_prompt_budget(spec: EnvSpec, codec: Any, max_prompt_tokens: int) -> EnvSpec:

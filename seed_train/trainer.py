@@ -106,6 +106,8 @@ def score_samples(model, samples: Sequence[StepSample], *, teacher: bool, refere
     or a GRPO group's steps, which share the system prompt and task).
     """
     out: dict[str, torch.Tensor | None] = {"teacher_logprobs": None, "ref_logprobs": None}
+    if not samples:  # (an iteration whose every episode failed)
+        return out
     responses = [s.response_ids for s in samples]
     width = max(len(r) for r in responses)
     if teacher:
@@ -227,11 +229,12 @@ def zero_missing_gradients(params: Sequence[torch.Tensor]) -> None:
 
 def rollout_metrics(trajectories: Sequence[Trajectory], skills: Sequence[Skill | None]) -> dict[str, float]:
     steps = [s for t in trajectories for s in t.steps]
+    nan = float("nan")  # (an iteration whose every episode failed trains on none)
     metrics = {
-        "success": float(np.mean([t.success for t in trajectories])),
-        "score": float(np.mean([t.score for t in trajectories])),
-        "return": float(np.mean([t.return_ for t in trajectories])),
-        "length": float(np.mean([t.length for t in trajectories])),
+        "success": float(np.mean([t.success for t in trajectories])) if trajectories else nan,
+        "score": float(np.mean([t.score for t in trajectories])) if trajectories else nan,
+        "return": float(np.mean([t.return_ for t in trajectories])) if trajectories else nan,
+        "length": float(np.mean([t.length for t in trajectories])) if trajectories else nan,
         "format_error_rate": float(np.mean([s.format_error for s in steps])) if steps else 0.0,
         "invalid_action_rate": float(np.mean([s.invalid_action for s in steps])) if steps else 0.0,
     }
@@ -242,6 +245,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory], skills: Sequence[Skill |
     if skills:  # only when skills were asked for (SEED and its controls)
         valid = [s for s in skills if s is not None]
         metrics["skill_valid_rate"] = len(valid) / len(skills)
+        metrics["skills_valid"], metrics["skills_written"] = len(valid), len(skills)
         metrics["skill_words"] = float(np.mean([len(s.text.split()) for s in valid])) if valid else 0.0
     return metrics
 
@@ -414,6 +418,7 @@ class IterationBatch:
     times: dict[str, float]  # rollout_s, analyze_s, score_s
     nonfinite_episodes: int = 0  # episodes left out for a NaN/inf reward
     left_out: list[Trajectory] = dataclasses.field(default_factory=list)  # logged, not trained on
+    groups_dropped: int = 0  # groups left out whole for a failed member (failed_group=drop)
 
 
 def seed_iteration(it: int, policy: Policy, optimizer, cfg: SeedConfig, pool: EnvPool, panel: Sequence[str],
@@ -450,6 +455,8 @@ def seed_iteration(it: int, policy: Policy, optimizer, cfg: SeedConfig, pool: En
                     "env_failures": sum_over_ranks(batch.env_failures),
                     "prompt_overflows": sum_over_ranks(stats.prompt_overflows),
                     "nonfinite_episodes": sum_over_ranks(batch.nonfinite_episodes),
+                    "groups_dropped": sum_over_ranks(batch.groups_dropped),
+                    "episodes_trained": sum_over_ranks(len(batch.trajectories)),
                     # prompt positions the rollout ran through the model (prefix sharing: fewer) vs prompt tokens
                     "prefill_tokens": sum_over_ranks(stats.prefill_tokens),
                     "prompt_tokens": sum_over_ranks(stats.prompt_tokens)})
@@ -467,16 +474,7 @@ def _play_and_score(policy: Policy, cfg: SeedConfig, pool: EnvPool, jobs, rng: n
                               temperature=cfg.temperature, top_p=cfg.top_p, seed=int(rng.integers(2**31)), stats=stats,
                               on_finished=bar.update, max_prompt_tokens=prompt_budget(cfg, policy))
     times["rollout_s"] = time.perf_counter() - t0
-    # An episode whose env crashed (Ray backend) has no steps: leave it out of its group's statistics. (One
-    # whose first prompt was over the budget has none either: nothing to learn from, counted in metrics.)
-    trajectories = [t for t in played if not t.meta.get("env_failed") and t.steps]
-    # A NaN/inf reward would make its whole group's advantages non-finite: the episode is left out of the
-    # update (as a crashed env's is), named on the console and counted in the metrics.
-    nonfinite = [t for t in trajectories if not all(math.isfinite(s.reward) for s in t.steps)]
-    for t in nonfinite:
-        t.meta["nonfinite_reward"] = True
-        say_line(f"warning: episode {t.episode_id} ({t.task_id}) has a non-finite reward: left out of the update")
-    trajectories = [t for t in trajectories if not t.meta.get("nonfinite_reward")]
+    trajectories, left_out, nonfinite, groups_dropped = usable_episodes(played, cfg.failed_group)
     t0 = time.perf_counter()
     skills = skill_source.skills(trajectories, policy, seed=int(rng.integers(2**31)))
     times["analyze_s"] = time.perf_counter() - t0
@@ -497,7 +495,42 @@ def _play_and_score(policy: Policy, cfg: SeedConfig, pool: EnvPool, jobs, rng: n
         t.meta["opd_beta"] = cfg.opd_beta
         t.meta["opd_gate"] = cfg.opd_gate
     env_failures = sum(bool(t.meta.get("env_failed")) for t in played)
-    return IterationBatch(trajectories, env_failures, skills, samples, scored, times, len(nonfinite), nonfinite)
+    return IterationBatch(trajectories, env_failures, skills, samples, scored, times, nonfinite, left_out,
+                          groups_dropped)
+
+
+def usable_episodes(played: Sequence[Trajectory], failed_group: str = "drop"):
+    """The episodes an iteration trains on, and what it leaves out (logged, marked in their meta):
+    ``(kept, left_out, non-finite count, groups dropped)``.
+
+    An episode whose env failed (any backend) is out, with the steps it played (logged with its error); one
+    whose first prompt was
+    over the budget has no steps: nothing to learn from (counted in metrics). A NaN/inf reward would make
+    its whole group's advantages non-finite: that episode is out too, named on the console. With
+    ``failed_group="drop"`` (the default) the rest of such a group goes as well: a group of survivors
+    would compare them with each other only (a single survivor's advantage is 0).
+    """
+    failed = [t for t in played if t.meta.get("env_failed")]
+    nonfinite = [t for t in played if not t.meta.get("env_failed") and t.steps
+                 and not all(math.isfinite(s.reward) for s in t.steps)]
+    for t in nonfinite:
+        t.meta["nonfinite_reward"] = True
+        say_line(f"warning: episode {t.episode_id} ({t.task_id}) has a non-finite reward: left out of the update")
+    kept = [t for t in played if not t.meta.get("env_failed") and t.steps and not t.meta.get("nonfinite_reward")]
+    left_out = failed + nonfinite
+    bad_groups = {t.group_id for t in failed + nonfinite}
+    dropped_groups = 0
+    if failed_group == "drop" and bad_groups:
+        survivors = [t for t in kept if t.group_id in bad_groups]
+        for t in survivors:
+            t.meta["left_out"] = "a member of its group failed (failed_group=drop)"
+        kept = [t for t in kept if t.group_id not in bad_groups]
+        left_out += survivors
+        dropped_groups = len(bad_groups)
+        if survivors:
+                say_line(f"warning: {dropped_groups} group(s) left out of the update: a member's env failed or its "
+                     "reward was not finite (--failed-group keep trains on the survivors)")
+    return kept, left_out, len(nonfinite), dropped_groups
 
 
 def train(cfg: SeedConfig, say: Callable[[str], None] = say_line) -> dict[str, Any]:
@@ -606,20 +639,30 @@ def stage2(policy: Policy, cfg: SeedConfig, layout: Any, start: int, results: di
     if cfg.resume and main:
         drop_trajectories_from(out / "trajectories.jsonl", start)
     stage2_t0 = time.perf_counter()
+    failed_in_a_row = 0
     with (TrajectoryWriter(out / "trajectories.jsonl") if main else contextlib.nullcontext()) as writer:
         for it in tqdm(range(start, cfg.iterations), desc="SEED iterations", disable=bars_disabled(),
                        initial=start, total=cfg.iterations):
             t0 = time.perf_counter()
             threads = refresh_threads()
             metrics = seed_iteration(it, policy, optimizer, cfg, pool, panel, writer, skill_source, categories)
+            failed_in_a_row = failed_in_a_row + 1 if all_failed(metrics) else 0
+            if failed_in_a_row:
+                say(f"warning: iteration {it + 1}: every episode failed ({metrics['env_failures']:.0f} env failures, "
+                    f"{metrics['nonfinite_episodes']:.0f} non-finite rewards): no update")
             metrics["torch_threads"] = threads
             metrics["iteration_s"] = time.perf_counter() - t0
             if logger is not None:
                 logger.log(it, metrics)
                 logger.plot()
+            if cfg.max_failed_iterations and failed_in_a_row >= cfg.max_failed_iterations:
+                raise RunStopped(f"stopped: {failed_in_a_row} consecutive iterations in which every episode failed "
+                                 f"(see env_error in {out / 'trajectories.jsonl'}); --max-failed-iterations sets how many")
             eta = iterations_eta(time.perf_counter() - stage2_t0, it + 1 - start, cfg.iterations - it - 1)
             say(f"iteration {it + 1}/{cfg.iterations}: success {metrics['success']:.2f} return {metrics['return']:.2f} "
-                f"loss {metrics.get('loss', 0):.4f} opd {metrics.get('opd_term', 0):.4f} ({metrics['iteration_s']:.0f}s"
+                f"loss {metrics.get('loss', 0):.4f} opd {metrics.get('opd_term', 0):.4f}"
+                + (f" skills valid {metrics['skills_valid']}/{metrics['skills_written']}" if "skills_written" in metrics
+                   else "") + f" ({metrics['iteration_s']:.0f}s"
                 f"{'; Stage 2 ETA ' + eta if eta else ''})")
             if (cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0) or it + 1 == cfg.iterations:
                 # Gathered on every rank (collectives under FSDP), written by the main process.
@@ -630,6 +673,15 @@ def stage2(policy: Policy, cfg: SeedConfig, layout: Any, start: int, results: di
     pool.close()
     if logger is not None:
         logger.close()
+
+
+class RunStopped(RuntimeError):
+    """The run cannot go on (e.g. every episode failed for several iterations): one line says why."""
+
+
+def all_failed(metrics: dict[str, float]) -> bool:
+    """An iteration that trained on nothing because its episodes failed."""
+    return metrics["episodes_trained"] == 0 and metrics["env_failures"] + metrics["nonfinite_episodes"] > 0
 
 
 def iterations_eta(elapsed_s: float, done: int, left: int) -> str:

@@ -86,3 +86,21 @@ def make_hanging(**kwargs) -> gym.Env:
 
 if HANGING_ID not in gym.registry:
     gym.register(id=HANGING_ID, entry_point="faulty_env:make_hanging")
+
+
+BROKEN_ID = "test/BrokenEcho-v0"
+
+
+class BrokenEchoEnv(FaultyEchoEnv):
+    """Echo whose every task fails to load (an engine that is down)."""
+
+    def _start_task(self, task_id):
+        raise RuntimeError(f"the engine is down (loading {task_id})")
+
+
+def make_broken(**kwargs) -> gym.Env:
+    return toy_env.make_with_time_limit(BrokenEchoEnv, **kwargs)
+
+
+if BROKEN_ID not in gym.registry:
+    gym.register(id=BROKEN_ID, entry_point="faulty_env:make_broken")

@@ -4,6 +4,7 @@ slot's env is replaced, the other episodes of the batch are untouched, and the n
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 
 import gymnasium as gym_module
@@ -187,3 +188,71 @@ def test_env_deadline_limits_each_call_and_the_episodes_total():
     assert not hung.unwrapped.closed  # (its abandoned call may still be inside it)
     with pytest.raises(ValueError, match="step_timeout_s"):
         EnvDeadline(SlowSteps(0.0), step_timeout_s=0)
+
+
+# ------------------------------------------------------------------------------------ groups and failed iterations
+def _episode(group: str, k: int, *, failed: bool = False, reward: float = 1.0):
+    from wrappers import Step, Trajectory
+
+    steps = [] if failed and k % 2 else [Step(index=0, observation="o", prompt="p", response="r", action="a",
+                                              reward=reward, terminated=True, truncated=False, info={})]
+    meta = {"env_failed": True, "env_error": "env step raised RuntimeError: boom"} if failed else {}
+    return Trajectory(episode_id=f"{group}-{k}", env_id="x", task_id=f"t/{group}", category="c", task="t",
+                      split="test", seed=0, group_id=group, steps=steps, meta=meta)
+
+
+def test_a_group_with_a_failed_member_is_dropped_whole_by_default_or_keeps_its_survivors():
+    from seed_train.trainer import usable_episodes
+
+    played = ([_episode("a", k) for k in range(4)] + [_episode("b", 0, failed=True)]
+              + [_episode("b", k) for k in range(1, 4)] + [_episode("c", 0, reward=float("nan"))]
+              + [_episode("c", k) for k in range(1, 4)])
+    kept, left_out, nonfinite, dropped = usable_episodes(played, "drop")
+    assert {t.group_id for t in kept} == {"a"} and len(kept) == 4 and nonfinite == 1 and dropped == 2
+    # (the failed episode itself is left out too: logged with its error)
+    assert sorted(t.episode_id for t in left_out) == ["b-0", "b-1", "b-2", "b-3", "c-0", "c-1", "c-2", "c-3"]
+    assert all(t.meta["left_out"].startswith("a member of its group failed") for t in left_out
+               if t.episode_id not in ("b-0", "c-0"))
+    for t in played:
+        t.meta.pop("left_out", None), t.meta.pop("nonfinite_reward", None)
+    kept, left_out, nonfinite, dropped = usable_episodes(played, "keep")
+    assert sorted(t.episode_id for t in kept) == ["a-0", "a-1", "a-2", "a-3", "b-1", "b-2", "b-3", "c-1", "c-2", "c-3"]
+    assert [t.episode_id for t in left_out] == ["b-0", "c-0"] and dropped == 0
+
+
+def test_a_run_whose_every_episode_fails_skips_its_updates_and_stops_after_n_iterations(tmp_path):
+    """Every task's env is down: each iteration makes no update (warned), the run stops with one line at
+    --max-failed-iterations, the failed episodes are in the trajectory file and the weights are unchanged."""
+    from seed_train.cli import main_train
+    from seed_train.trainer import RunStopped, train
+
+    model = cached_tiny_model(seed=0)
+    cfg = SeedConfig(env_id="faulty_env:test/BrokenEcho-v0", model=str(model), lora=False, template="compact",
+                     history=0, action_format="plain", max_steps=3, max_new_tokens=3, skill_max_new_tokens=8,
+                     analyzer_retries=0, stage1_demos=0, iterations=5, tasks_per_iteration=2, group_size=2,
+                     minibatch_size=8, eval_before=False, eval_after=False, threads=1, max_failed_iterations=2,
+                     env_kwargs={"n_tasks": 6}, output_dir=str(tmp_path / "run"))
+    lines = []
+    with pytest.raises(RunStopped, match="stopped: 2 consecutive iterations in which every episode failed"):
+        train(cfg, say=lines.append)
+    assert sum("every episode failed" in line and "no update" in line for line in lines) == 2
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["episodes_trained"] for m in metrics] == [0, 0] and [m["env_failures"] for m in metrics] == [4, 4]
+    from wrappers import read_trajectories
+
+    played = list(read_trajectories(tmp_path / "run" / "trajectories.jsonl"))
+    assert len(played) == 8 and all(t.meta["env_failed"] and "engine is down" in t.meta["env_error"] for t in played)
+
+
+def test_paired_tests_leave_an_episode_whose_env_failed_out_of_both_arms():
+    from seed_train.evaluate import episode_outcomes, paired_test
+
+    a = [_episode("a", k) for k in range(3)]
+    for k, t in enumerate(a):
+        t.task_id, t.success = f"t/{k}", True
+    b = [_episode("b", k) for k in range(3)]
+    for k, t in enumerate(b):
+        t.task_id, t.success = f"t/{k}", False
+    b[1].meta.update(env_failed=True)
+    result = paired_test(episode_outcomes(a), episode_outcomes(b))
+    assert result["pairs"] == 2 and result["a_only"] == 2  # task t/1 is in neither arm's count

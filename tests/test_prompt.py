@@ -402,6 +402,7 @@ def test_record_constructor_args_rebuild_the_stack():
             "insert_after_task": "",
             "prompt_space": None,
             "prompt_fits": None,
+            "shorten": None,
         }
         rebuilt = gym.make(env.spec)
         assert isinstance(rebuilt, PromptRenderer)

@@ -15,7 +15,7 @@ from seed_train.evaluate import evaluate_policy
 from seed_train.rollout import EnvPool, EnvSpec, RolloutStats, group_jobs, run_episodes
 from seed_train.tiny import cached_tiny_model
 from seed_train.trainer import load, prompt_budget, train
-from wrappers import PromptOverflow, TrajectoryRecorder, make_agent_env, read_trajectories
+from wrappers import PromptOverflow, PromptParts, TrajectoryRecorder, make_agent_env, read_trajectories, render_prompt
 
 ENV_ID = "seed/EZPoints-v0"
 
@@ -135,3 +135,84 @@ def test_a_model_of_small_context_trains_and_evaluates_without_crashing(tmp_path
     summary = evaluate_policy(policy.backend, policy.codec, spec(2), max_new_tokens=4, limit=3,
                               max_prompt_tokens=first - 1)
     assert summary["categories"]["all"]["prompt_overflows"] == summary["categories"]["all"]["episodes"] == 3
+
+
+# ------------------------------------------------------------------------------------ the env's own rule first
+def test_webshop_rule_removes_the_repeated_instruction_then_cuts_past_pages_then_titles():
+    from seed_envs.webshop.shorten import shorten
+
+    instruction = "i want red shoes under 50 dollars"
+    results = (f"Instruction: [SEP] {instruction} [SEP] Back to Search [SEP] Page 1 (Total results: 50) [SEP] "
+               "Next > [SEP] B0MUYOSLBG [SEP] Gigaix Plus Wireless Earbuds With A Very Long Title Indeed [SEP] $75.95")
+    past = "word " * 60
+    parts = {"task": instruction, "observation": results, "history": [{"step": 1, "observation": past.strip(),
+                                                                     "action": "search[red shoes]"}],
+             "admissible": ["click[back to search]", "click[next >]", "click[b0muyoslbg]"]}
+    one = shorten(parts, 1)
+    assert one["observation"] == ("Back to Search [SEP] Page 1 (Total results: 50) [SEP] Next > [SEP] B0MUYOSLBG "
+                                  "[SEP] Gigaix Plus Wireless Earbuds With A Very Long Title Indeed [SEP] $75.95")
+    assert one["history"] == parts["history"] and one["admissible"] == parts["admissible"]
+    two = shorten(parts, 2)
+    assert two["history"][0]["observation"] == "word " * 39 + "word ..." and two["history"][0]["action"] == "search[red shoes]"
+    three = shorten(parts, 3)
+    assert "[SEP] Gigaix Plus Wireless Earbuds With A ... [SEP] $75.95" in three["observation"]
+    assert three["admissible"] == parts["admissible"]  # every click stays listed
+    assert shorten(parts, 4) is None
+
+
+def test_alfworld_rule_lists_the_acting_actions_then_cuts_past_observations():
+    from seed_envs.alfworld.shorten import shorten
+
+    parts = {"task": "put a mug in the fridge", "observation": "Nothing happens.",
+             "history": [{"step": 1, "observation": "You arrive at cabinet 1. On the cabinet 1, you see a mug 1.",
+                          "action": "go to cabinet 1"}],
+             "admissible": ["examine cabinet 1", "go to fridge 1", "help", "inventory", "look", "take mug 1 from cabinet 1"]}
+    one = shorten(parts, 1)
+    assert one["admissible"] == ["go to fridge 1", "take mug 1 from cabinet 1"] and one["history"] == parts["history"]
+    two = shorten(parts, 2)
+    assert two["history"][0]["observation"] == "You arrive at cabinet 1. ..."
+    assert shorten(parts, 3) is None
+
+
+@pytest.mark.parametrize("env_id", ["seed/WebShop-v0", "seed/ALFWorld-v0"])
+def test_a_prompt_over_budget_is_shortened_by_the_envs_rule_before_history_goes(env_id):
+    """The budget is the prompt the env's first level gives: the renderer uses that level and keeps every
+    past step; without the env's rule (shorten=False) the same budget costs past steps."""
+    from wrappers.prompt import env_shorten
+
+    full, infos = play_env(make_agent_env(env_id, split="test"), 3)
+    env = make_agent_env(env_id, split="test")
+    play_env(env, 3)
+    parts = env.get_wrapper_attr("last_parts")
+    rule = env_shorten(env)
+    level_one = rule({"task": parts.task, "observation": parts.observation, "history": parts.history,
+                      "admissible": parts.admissible}, 1)
+    budget = len(render_prompt(PromptParts(**{**parts.__dict__, **{k: level_one[k] for k in ("observation", "history",
+                                                                                              "admissible")}})))
+    assert budget < len(full[-1])
+    fits = lambda prompt: len(prompt) <= budget  # noqa: E731
+    shortened, infos = play_env(make_agent_env(env_id, split="test", prompt_fits=fits), 3)
+    assert len(shortened[-1]) <= budget and infos[-1]["prompt_shortened"] == 1 and "history_trimmed" not in infos[-1]
+    assert len(infos[-1]["prompt_parts"]["history"]) == len(parts.history)
+    generic, ginfos = play_env(make_agent_env_without_rule(env_id, fits), 3)
+    assert "prompt_shortened" not in ginfos[-1] and ginfos[-1].get("history_trimmed", 0) >= 1
+
+
+def play_env(env, steps: int):
+    obs, info = env.reset(seed=0)
+    expert = seed_envs.make_expert(env)
+    prompts, infos = [obs["prompt"]], [info]
+    for _ in range(steps):
+        obs, _, terminated, truncated, info = env.step(expert(obs, info))
+        prompts.append(obs["prompt"])
+        infos.append(info)
+        if terminated or truncated:
+            break
+    return prompts, infos
+
+
+def make_agent_env_without_rule(env_id, fits):
+    env = make_agent_env(env_id, split="test", prompt_fits=fits)
+    env.get_wrapper_attr("shorten")  # the renderer holds the env's rule ...
+    env.set_wrapper_attr("shorten", None)  # ... switched off: only the generic rule is left
+    return env

@@ -19,6 +19,7 @@ size of the parts; observation text is never cut.
 from __future__ import annotations
 
 import copy
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -99,6 +100,18 @@ def env_agent_defaults(env: gym.Env) -> Any:
     with ``prompt`` (PromptTemplate fields), ``history``, ``max_steps``, ``action_format``.
     """
     return getattr(env.unwrapped, "agent_defaults", None)
+
+
+def env_shorten(env: gym.Env) -> Callable[[dict, int], dict | None] | None:
+    """The env's own rule for a prompt over budget (its declared ``agent_defaults.shorten``, a
+    ``"module:function"`` entry point imported here), else None."""
+    target = getattr(env_agent_defaults(env), "shorten", None)
+    if not target:
+        return None
+    if callable(target):
+        return target
+    module, _, name = str(target).partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def template_from_fields(prompt_fields: Any) -> PromptTemplate:
@@ -237,9 +250,14 @@ class PromptRenderer(gym.Wrapper, gym.utils.RecordConstructorArgs):
             ``env.set_wrapper_attr("insert_after_task", text)``.
         prompt_space: the space of ``obs["prompt"]``; default derived from the text space.
         prompt_fits: a test of a rendered prompt (e.g. its token count against the model's budget); when
-            a prompt fails it, the oldest history entries are left out until it passes or none is left
-            (``info["history_trimmed"]`` counts them). What still does not fit is the agent's to handle
-            (:class:`wrappers.PromptOverflow`). None: every prompt is kept whole.
+            a prompt fails it, the env's own rule shortens it first (``shorten``; ``info["prompt_shortened"]``
+            is the level that fit or the last one tried), then the oldest history entries are left out until
+            it passes or none is left (``info["history_trimmed"]`` counts them). What still does not fit is
+            the agent's to handle (:class:`wrappers.PromptOverflow`). None: every prompt is kept whole.
+        shorten: ``shorten(parts, level) -> parts or None``, on a dict of the prompt's ``task``,
+            ``observation``, ``history`` and ``admissible``: the prompt's parts shortened up to ``level``
+            (1, 2, ...; None past the env's last level), least information lost first. None: the env's own
+            (:func:`env_shorten`); pass ``False`` for none.
     """
 
     def __init__(
@@ -253,6 +271,7 @@ class PromptRenderer(gym.Wrapper, gym.utils.RecordConstructorArgs):
         insert_after_task: str = "",
         prompt_space: gym.spaces.Space | None = None,
         prompt_fits: Callable[[str], bool] | None = None,
+        shorten: Callable[[dict, int], dict | None] | None | bool = None,
     ):
         gym.utils.RecordConstructorArgs.__init__(
             self,
@@ -263,6 +282,7 @@ class PromptRenderer(gym.Wrapper, gym.utils.RecordConstructorArgs):
             insert_after_task=insert_after_task,
             prompt_space=prompt_space,
             prompt_fits=prompt_fits,
+            shorten=shorten,
         )
         gym.Wrapper.__init__(self, env)
         if template is None:
@@ -297,6 +317,13 @@ class PromptRenderer(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.answer_format = answer_format
         self.insert_after_task = insert_after_task
         self.prompt_fits = prompt_fits
+        if shorten is None:
+            shorten = env_shorten(env)
+        elif shorten is False:
+            shorten = None
+        elif not callable(shorten):
+            raise ValueError(f"shorten: expected a callable, None or False, got {type(shorten).__name__}")
+        self.shorten = shorten
         self.observation_space = gym.spaces.Dict(
             {**inner.spaces, "prompt": prompt_space if prompt_space is not None else _prompt_space(inner["text"], history)}
         )
@@ -333,9 +360,11 @@ class PromptRenderer(gym.Wrapper, gym.utils.RecordConstructorArgs):
         text = text if isinstance(text, str) else str(text)
         parts = self.build_parts(text, info)
         prompt = render_prompt(parts)
-        trimmed = 0
-        if self.prompt_fits is not None:
-            while parts.history and not self.prompt_fits(prompt):  # the oldest past step goes first
+        trimmed = shortened = 0
+        if self.prompt_fits is not None and not self.prompt_fits(prompt):
+            if self.shorten is not None:  # the env's own rule first: it knows what can go
+                parts, prompt, shortened = self._shortened(parts, prompt)
+            while parts.history and not self.prompt_fits(prompt):  # then the oldest past step goes first
                 parts.history = parts.history[1:]
                 trimmed += 1
                 prompt = render_prompt(parts)
@@ -347,7 +376,27 @@ class PromptRenderer(gym.Wrapper, gym.utils.RecordConstructorArgs):
         info["prompt_parts"] = parts.to_dict()
         if trimmed:
             info["history_trimmed"] = trimmed
+        if shortened:
+            info["prompt_shortened"] = shortened
         return obs, info
+
+    def _shortened(self, parts: PromptParts, prompt: str) -> tuple[PromptParts, str, int]:
+        """The env rule's levels, each from the original parts, until the prompt fits or the rule has no
+        further level: (parts, prompt, the level used)."""
+        original = {"task": parts.task, "observation": parts.observation, "history": [dict(h) for h in parts.history],
+                    "admissible": None if parts.admissible is None else list(parts.admissible)}
+        level = 0
+        while not self.prompt_fits(prompt):
+            shorter = self.shorten(copy.deepcopy(original), level + 1)
+            if shorter is None:
+                break
+            level += 1
+            parts = PromptParts(**{**parts.__dict__, "observation": str(shorter["observation"]),
+                                   "history": [dict(h) for h in shorter["history"]],
+                                   "admissible": None if shorter.get("admissible") is None
+                                   else [str(a) for a in shorter["admissible"]]})
+            prompt = render_prompt(parts)
+        return parts, prompt, level
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = self.env.reset(seed=seed, options=options)

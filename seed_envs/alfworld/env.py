@@ -138,6 +138,7 @@ class AlfWorldEnv(SeedEnv):
                      {"action": "the action text"}),
         ),
         hindsight="seed_envs.alfworld.hindsight:hindsight_rule",
+        shorten="seed_envs.alfworld.shorten:shorten",
     )
 
     def __init__(

@@ -174,6 +174,7 @@ class WebShopEnv(SeedEnv):
         history=2,
         max_steps=15,
         hindsight="seed_envs.webshop.hindsight:hindsight_rule",
+        shorten="seed_envs.webshop.shorten:shorten",
     )
 
     def __init__(
