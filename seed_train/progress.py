@@ -9,6 +9,8 @@ one).
 from __future__ import annotations
 
 import os
+import sys
+import time
 from typing import Any
 
 from tqdm import tqdm
@@ -27,11 +29,60 @@ def bars_disabled() -> bool | None:
     return None if dist_info().is_main else True
 
 
-def progress_bar(total: int | None = None, desc: str = "", unit: str = "it", **kwargs: Any) -> tqdm:
-    """A tqdm bar on stderr that follows :func:`bars_disabled`; inner bars vanish when done (``leave``)."""
+def progress_bar(total: int | None = None, desc: str = "", unit: str = "it", **kwargs: Any) -> Any:
+    """A tqdm bar on stderr that follows :func:`bars_disabled`; inner bars vanish when done (``leave``).
+
+    Where stderr is no terminal (a log file, a CI job), the main process gets :class:`ProgressLines`
+    instead: a line with done / total and an ETA at most every :data:`LINE_EVERY_S` seconds."""
+    disabled = bars_disabled()
+    if disabled is None and total and not _stderr_is_terminal():
+        return ProgressLines(total, desc, unit)
     kwargs.setdefault("leave", False)
     kwargs.setdefault("dynamic_ncols", True)
-    return tqdm(total=total, desc=desc, unit=unit, disable=bars_disabled(), **kwargs)
+    return tqdm(total=total, desc=desc, unit=unit, disable=disabled, **kwargs)
+
+
+#: How often a log without a terminal hears of a phase's progress.
+LINE_EVERY_S = 60.0
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        return False
+
+
+class ProgressLines:
+    """A bar's ``update`` / ``close`` for logs: ``  eval after Stage 1: 12/24 episodes, 1m10s, ETA 1m10s``
+    through :func:`say`, at most every ``every_s`` seconds (none for a phase shorter than that)."""
+
+    def __init__(self, total: int, desc: str, unit: str, every_s: float = LINE_EVERY_S, clock_fn=time.monotonic):
+        self.total, self.desc, self.unit, self.every_s, self._now = total, desc, unit, every_s, clock_fn
+        self.n = 0
+        self._start = self._last = clock_fn()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = self._now()
+        if now - self._last >= self.every_s and self.n < self.total:
+            self._last = now
+            elapsed = now - self._start
+            eta = elapsed / self.n * (self.total - self.n) if self.n else None
+            say(f"  {self.desc}: {self.n}/{self.total} {self.unit}s, {clock(elapsed)}"
+                + (f", ETA {clock(eta)}" if eta is not None else ""))
+
+    def set_postfix(self, *args: Any, **kwargs: Any) -> None:  # (a bar's extra figures: lines leave them out)
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> ProgressLines:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def say(message: str) -> None:

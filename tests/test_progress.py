@@ -115,3 +115,27 @@ def test_iterations_eta_reads_as_a_duration():
 
     assert iterations_eta(60.0, 2, 4) == "2m00s" and iterations_eta(10.0, 1, 1) == "10s"
     assert iterations_eta(3000.0, 1, 2) == "1h40m00s" and iterations_eta(5.0, 1, 0) == ""
+
+
+def test_a_log_without_a_terminal_gets_a_progress_line_with_an_eta_at_most_every_minute(capsys, monkeypatch):
+    from seed_train import progress
+
+    now = [100.0]
+    lines = progress.ProgressLines(10, "eval after Stage 1", "episode", every_s=60, clock_fn=lambda: now[0])
+    for _ in range(3):  # 3 episodes in 30 s: no line yet
+        now[0] += 10
+        lines.update()
+    assert capsys.readouterr().out == ""
+    now[0] += 30  # 4 done in 60 s: 15 s each, 6 left
+    lines.update()
+    assert capsys.readouterr().out == "  eval after Stage 1: 4/10 episodes, 1m00s, ETA 1m30s\n"
+    now[0] += 10
+    lines.update()  # within the minute: quiet
+    assert capsys.readouterr().out == ""
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # a log file: lines, not a bar
+    assert isinstance(progress.progress_bar(total=5, desc="x"), progress.ProgressLines)
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    assert not isinstance(progress.progress_bar(total=5, desc="x"), progress.ProgressLines)
+    monkeypatch.setenv(progress.PROGRESS_ENV, "0")  # everything off
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert not isinstance(progress.progress_bar(total=5, desc="x"), progress.ProgressLines)
