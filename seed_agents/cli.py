@@ -99,9 +99,15 @@ def _agent_factory(args: argparse.Namespace) -> Callable[[gym.Env], Agent]:
 
     if not args.base_url or not args.model:
         raise ValueError("--agent openai: needs --base-url URL and --model NAME")
+    tools = None
+    if args.action_format == "tools":  # the env's verbs as functions; the reply's tool call is the action
+        from wrappers.stack import default_tools
+        from wrappers.tools import tool_schemas
+
+        tools = tool_schemas(default_tools(args.env_id))
     agent = OpenAIChatAgent(args.base_url, args.model, api_key_env=args.api_key_env, temperature=args.temperature,
                             seed=args.seed, max_tokens=args.max_tokens, timeout=args.timeout,
-                            max_retries=args.max_retries)
+                            max_retries=args.max_retries, tools=tools)
     return lambda env: agent
 
 

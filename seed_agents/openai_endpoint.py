@@ -41,6 +41,7 @@ from typing import Any
 
 from seed_agents.agents import AgentError
 from wrappers.recorder import ServedResponse
+from wrappers.tools import tool_call_text
 
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 #: Sent when no key is set: local servers (llama.cpp, vLLM) accept any key, the client refuses none.
@@ -137,8 +138,12 @@ def _count(value: Any) -> int | None:
     return int(value)
 
 
-def parse_completion(body: bytes) -> tuple[str, dict[str, Any]]:
-    """The text and usage of a chat-completion reply body; :class:`UnusableReply` names what is wrong."""
+def parse_completion(body: bytes, tool_calls: bool = False) -> tuple[str, dict[str, Any]]:
+    """The text and usage of a chat-completion reply body; :class:`UnusableReply` names what is wrong.
+
+    ``tool_calls`` (the request offered tools): the reply's first tool call is the answer, as the
+    ``"tools"`` format's text (:func:`wrappers.tools.tool_call_text`); a reply with text and no call
+    answers with that text (the parser then reports the missing call to the model)."""
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
@@ -156,8 +161,14 @@ def parse_completion(body: bytes) -> tuple[str, dict[str, Any]]:
     if not isinstance(message, dict):
         raise UnusableReply(f"choices[0].message is {_shape(message)}, not an object")
     content = message.get("content")
+    calls = message.get("tool_calls")
+    if tool_calls and isinstance(calls, list) and calls:
+        function = calls[0].get("function") if isinstance(calls[0], dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise UnusableReply("tool_calls[0] has no function name")
+        content = tool_call_text(function["name"], function.get("arguments", {}))
     if not isinstance(content, str):
-        if message.get("tool_calls"):
+        if calls:
             raise UnusableReply("tool calls where text was asked (choices[0].message.content is null)")
         raise UnusableReply(f"choices[0].message.content is {_shape(content)}, not text")
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
@@ -186,12 +197,15 @@ class OpenAIChatAgent:
         max_retries: attempts after the first (see the module's fault policy).
         max_reply_bytes: the largest reply body accepted; a larger one is an unusable reply.
         system_prompt: an optional system message before the env's prompt.
+        tools: OpenAI ``tools=`` entries to offer (``wrappers.tools.tool_schemas`` of the env's verbs, for the
+            ``"tools"`` answer format): the reply's first tool call is the answer. None: text answers.
         client: an ``openai.OpenAI`` to use instead of building one (then ``base_url`` is only a label).
     """
 
     def __init__(self, base_url: str, model: str, *, api_key_env: str | None = None, temperature: float = 0.0,
                  seed: int | None = None, max_tokens: int = 256, timeout: float = 60.0, max_retries: int = 2,
-                 max_reply_bytes: int = MAX_REPLY_BYTES, system_prompt: str | None = None, client: Any = None):
+                 max_reply_bytes: int = MAX_REPLY_BYTES, system_prompt: str | None = None,
+                 tools: list[dict[str, Any]] | None = None, client: Any = None):
         if max_tokens < 1 or not timeout > 0 or max_retries < 0 or temperature < 0 or max_reply_bytes < 1:
             raise ValueError(f"endpoint agent: need max_tokens >= 1, timeout > 0, max_retries >= 0, temperature >= 0, "
                              f"max_reply_bytes >= 1 (got {max_tokens}, {timeout}, {max_retries}, {temperature}, "
@@ -201,6 +215,7 @@ class OpenAIChatAgent:
         self.temperature, self.seed, self.max_tokens = float(temperature), seed, int(max_tokens)
         self.timeout, self.max_retries, self.max_reply_bytes = float(timeout), int(max_retries), int(max_reply_bytes)
         self.system_prompt = system_prompt
+        self.tools = list(tools) if tools else None
         if client is None:
             client = self._openai.OpenAI(base_url=base_url, api_key=resolve_api_key(api_key_env), timeout=self.timeout,
                                          max_retries=0)
@@ -222,6 +237,8 @@ class OpenAIChatAgent:
                                    "temperature": self.temperature, "max_tokens": self.max_tokens}
         if self.seed is not None:
             request["seed"] = int(self.seed)
+        if self.tools:
+            request["tools"] = self.tools
         start = time.perf_counter()
         attempts = 0
         while True:
@@ -284,7 +301,7 @@ class OpenAIChatAgent:
                 body += chunk
                 if len(body) > self.max_reply_bytes:
                     raise UnusableReply(f"reply larger than {self.max_reply_bytes} bytes")
-        return parse_completion(bytes(body))
+        return parse_completion(bytes(body), tool_calls=bool(self.tools))
 
     def __call__(self, obs: dict, info: dict) -> ServedResponse:
         if "prompt" not in obs:

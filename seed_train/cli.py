@@ -400,9 +400,16 @@ def eval_endpoint(args: argparse.Namespace, cfg: SeedConfig) -> int:
         check_output_dir(args.out, "--out")
         if args.concurrency < 1:
             raise ValueError(f"--concurrency: expected >= 1, got {args.concurrency}")
+        tools = None
+        if spec.action_format == "tools":  # the env's verbs as functions; the reply's tool call is the action
+            from wrappers.stack import default_tools
+            from wrappers.tools import tool_schemas
+
+            tools = tool_schemas(default_tools(spec.env_id))
         agents = [OpenAIChatAgent(args.endpoint, args.model, api_key_env=args.api_key_env, seed=seed,
                                   temperature=1.0 if args.sample else 0.0, max_tokens=cfg.max_new_tokens,
-                                  timeout=args.timeout, max_retries=args.max_retries) for seed in args.seeds]
+                                  timeout=args.timeout, max_retries=args.max_retries, tools=tools)
+                  for seed in args.seeds]
     except (ValueError, ImportError) as e:
         return fail("seed-eval", e)
     summaries = []

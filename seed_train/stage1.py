@@ -35,6 +35,7 @@ from seed_train.rollout import EnvSpec
 from seed_train.scoring import auto_prefix_groups, response_logprobs
 from seed_train.skills import Skill, rule_based_skill, skill_augmented_prompt
 from wrappers import Trajectory, format_response
+from wrappers.stack import default_tools
 
 
 @dataclass
@@ -50,6 +51,7 @@ def collect_demonstrations(spec: EnvSpec, task_ids: Sequence[str], *, seed: int,
     finished: list[Trajectory] = []
     env = spec.make(finished.append)
     expert = seed_envs.make_expert(env)
+    tools = default_tools(spec.env_id)  # (the "tools" answer format: the env's verbs)
     rng = np.random.default_rng(seed)
     bar = progress_bar(total=len(task_ids), desc="Stage 1 demos", unit="episode")
     for k, task_id in enumerate(task_ids):
@@ -63,7 +65,7 @@ def collect_demonstrations(spec: EnvSpec, task_ids: Sequence[str], *, seed: int,
                 choices = info["admissible_actions"]
                 action = choices[int(rng.integers(len(choices)))]
             suggestions.append(best)
-            obs, _, terminated, truncated, info = env.step(format_response(action, spec.action_format))
+            obs, _, terminated, truncated, info = env.step(format_response(action, spec.action_format, tools=tools))
             if terminated or truncated:
                 break
         for step, best in zip(finished[-1].steps, suggestions):
@@ -89,10 +91,11 @@ def sft_pairs(trajectories: Sequence[Trajectory], codec, action_format: str,
     pairs = []
     for t in trajectories:
         skill = annotate(t)
+        tools = default_tools(t.env_id) if action_format == "tools" else None
         expert_steps = [s for s in t.steps if s.prompt and s.action == s.info.get("expert_action")]
         for step in expert_steps:
             pairs.append(SFTPair(codec.encode(step.prompt, images=codec.step_images(step)),
-                                 ids(format_response(step.action, action_format)), "act"))
+                                 ids(format_response(step.action, action_format, tools=tools)), "act"))
         if skill is not None:
             pairs.append(SFTPair(codec.encode_analyzer(t, analyzer_images), ids(skill.to_json()), "skill"))
         if skill is not None and skill_acting:
@@ -100,7 +103,8 @@ def sft_pairs(trajectories: Sequence[Trajectory], codec, action_format: str,
                 if step.prompt_parts:  # the teacher prompt is rebuilt from the parts, as Stage 2 does
                     teacher_prompt = skill_augmented_prompt(step.prompt_parts, skill.text)
                     pairs.append(SFTPair(codec.encode(teacher_prompt, images=codec.step_images(step)),
-                                         ids(format_response(step.action, action_format)), "skill_act"))
+                                         ids(format_response(step.action, action_format, tools=tools)),
+                                         "skill_act"))
     return pairs
 
 

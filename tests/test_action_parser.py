@@ -431,6 +431,7 @@ def test_record_constructor_args_rebuild_the_stack():
             "allow_multiple": None,
             "reject_cjk": False,
             "json_key": "action",
+            "tools": None,
         }
         rebuilt = gym.make(env.spec)
         assert isinstance(rebuilt, LLMActionParser)
@@ -516,3 +517,45 @@ def test_format_response_refuses_an_action_its_format_cannot_carry(action, forma
 def test_format_response_refuses_an_unknown_format():
     with pytest.raises(ValueError, match="format"):
         format_response("7", "yaml")
+
+
+# ------------------------------------------------------------------------------------ tool calls
+def test_tool_calls_read_back_as_the_verbs_action_and_every_bad_call_is_a_format_error():
+    from wrappers.tools import Tool
+
+    tools = (Tool("click", "Click.", "click[{target}]", {"target": "what"}), Tool("up", "Move up.", "up"))
+    ok = lambda text: parse_action(text, "tools", tools=tools)  # noqa: E731
+    assert ok('{"name": "click", "arguments": {"target": " buy now "}}').action == "click[buy now]"
+    assert ok('{"name": "click", "arguments": "{\\"target\\": \\"b01\\"}"}').action == "click[b01]"  # OpenAI's string
+    assert ok('{"name": "up"}').action == "up" and ok('{"name": "up", "arguments": ""}').action == "up"
+    for text, reason in [("click buy now", "no tool call"), ("[1, 2]", "no tool call"), ('{"arguments": {}}', "no tool call"),
+                         ('{"name": "jump"}', "unknown tool 'jump'"), ('{"name": "click"}', "missing ['target']"),
+                         ('{"name": "up", "arguments": {"x": "1"}}', "unexpected ['x']"),
+                         ('{"name": "click", "arguments": {"target": 3}}', "must be a string"),
+                         ('{"name": "click", "arguments": "{bad"}', "not a JSON object"),
+                         ('{"name": "click", "arguments": {"target": "  "}}', "empty argument 'target'"),
+                         ("[" * 50_000, "longer than")]:
+        result = ok(text)
+        assert result.format_error, text
+        if reason is not None:
+            assert reason in result.reason, (text, result.reason)
+    assert format_response("click[b01]", "tools", tools=tools) == '{"name": "click", "arguments": {"target": "b01"}}'
+    assert format_response("anything at all", "tools") == '{"name": "act", "arguments": {"action": "anything at all"}}'
+    with pytest.raises(ValueError, match="matches none of the tools"):
+        format_response("down", "tools", tools=tools)
+
+
+def test_every_env_is_played_to_a_win_by_the_experts_actions_as_tool_calls():
+    import seed_envs
+    from wrappers.stack import default_tools, make_agent_env
+
+    for env_id in seed_envs.ENV_IDS:
+        env = make_agent_env(env_id, split="test", action_format="tools")
+        obs, info = env.reset(seed=0)
+        expert, tools, done = seed_envs.make_expert(env), default_tools(env_id), False
+        while not done:
+            obs, _, terminated, truncated, info = env.step(format_response(expert(obs, info), "tools", tools=tools))
+            assert not info["format_error"], (env_id, info["format_error_reason"])
+            done = terminated or truncated
+        assert info["success"], env_id
+        env.close()

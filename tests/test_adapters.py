@@ -75,8 +75,11 @@ def test_tool_verbs_are_the_ones_the_env_declares():
     assert [v.name for v in alfworld] == ["go_to", "open", "close", "take", "put", "act"]
     assert alfworld == AlfWorldEnv.agent_defaults.tool_verbs
     assert alfworld[3].action.format(object="apple 1", receptacle="countertop 1") == "take apple 1 from countertop 1"
-    assert env_tool_verbs("seed/EZPoints-v0") == (GENERIC_VERB,)  # declares none: one generic act(action)
-    cls = make_tool_environment(TaskEnv("seed/EZPoints-v0", max_steps=2))
+    assert [v.name for v in env_tool_verbs("seed/EZPoints-v0")] == ["enter"]
+    import toy_env  # noqa: F401  (test/Echo-v0 declares no verbs)
+
+    assert env_tool_verbs("test/Echo-v0") == (GENERIC_VERB,)  # declares none: one generic act(action)
+    cls = make_tool_environment(TaskEnv("test/Echo-v0", max_steps=2))
     assert [n for n in vars(cls) if not n.startswith("_") and n not in ("task",)] == ["act"]
 
 

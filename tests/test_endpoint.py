@@ -462,3 +462,42 @@ def test_seed_eval_endpoint_writes_the_same_reports_as_a_local_evaluation(tmp_pa
     assert sorted(t.seed for t in trajectories) == [0, 1, 2, 3]  # the panel index is the reset seed
     assert all(s.usage for t in trajectories for s in t.steps)
     assert "served at" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------ tool-call actions
+def tool_reply(name: str, arguments: str = "{}") -> tuple:
+    return raw(json.dumps({"model": "m", "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None,
+        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": name, "arguments": arguments}}]}}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2}}))
+
+
+def test_the_endpoint_agent_offers_the_envs_verbs_as_tools_and_returns_the_call():
+    from wrappers.stack import default_tools
+    from wrappers.tools import tool_schemas
+
+    tools = tool_schemas(default_tools("seed/WebShop-v0"))
+    with ScriptedServer([tool_reply("click", '{"target": "buy now"}')]) as server:
+        reply = OpenAIChatAgent(server.base_url, "m", tools=tools).act("hello")
+    assert json.loads(str(reply)) == {"name": "click", "arguments": {"target": "buy now"}}
+    sent = server.requests[0]["body"]["tools"]
+    assert [t["function"]["name"] for t in sent] == ["search", "click"]
+    assert sent[1]["function"]["parameters"]["required"] == ["target"]
+
+
+def test_seed_envs_plays_sokoban_by_tool_calls_and_a_missing_or_bad_call_is_a_format_error(tmp_path):
+    out = tmp_path / "tools.jsonl"
+    script = [raw(json.dumps(completion("I would go up.", {"model": "m", "messages": []}))),
+              tool_reply("jump"), tool_reply("up", '{"steps": "2"}'), tool_reply("left")]
+    with ScriptedServer(script) as server:
+        assert seed_envs_main(["record", "seed/Sokoban-v0", "--split", "test", "--episodes", "1", "--max-steps", "4",
+                               "--agent", "openai", "--base-url", server.base_url, "--model", "m",
+                               "--action-format", "tools", "--out", str(out)]) == 0
+    assert [t["function"]["name"] for t in server.requests[0]["body"]["tools"]] == ["up", "down", "left", "right"]
+    [episode] = list(read_trajectories(out))
+    steps = episode.steps
+    assert steps[0].format_error and "no tool call" in steps[0].info["format_error_reason"]
+    assert steps[1].format_error and "unknown tool 'jump'" in steps[1].info["format_error_reason"]
+    assert steps[2].format_error and "unexpected ['steps']" in steps[2].info["format_error_reason"]
+    assert steps[3].action == "left" and not steps[3].format_error
+    assert "Act by calling exactly one of the tools." in steps[0].prompt

@@ -34,6 +34,9 @@ whitespace, its case and inner text are left as the model wrote them):
     a bracket bomb costs a linear scan, never a ``RecursionError``.
 ``"plain"``
     The whole output, stripped; only an empty output is an error.
+``"tools"``
+    A call of one of the env's verbs as JSON, ``{"name": "click", "arguments": {"target": "buy now"}}``
+    (an OpenAI reply's tool call; :mod:`wrappers.tools`); the action is the verb's template filled in.
 """
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ from typing import Any, NamedTuple
 
 import gymnasium as gym
 
-FORMATS = ("tags", "search_r1", "boxed", "json", "plain")
+FORMATS = ("tags", "search_r1", "boxed", "json", "plain", "tools")
 ON_ERROR = ("invalid", "fallback", "raw")
 
 _CJK = re.compile("[\u4e00-\u9fff]")
@@ -294,6 +297,7 @@ def parse_action(
     allow_multiple: bool | None = None,
     reject_cjk: bool = False,
     json_key: str = "action",
+    tools: Any = None,
 ) -> ParseResult:
     """Parse raw model output ``text`` into a clean action; see the module docstring for formats.
 
@@ -305,6 +309,7 @@ def parse_action(
             "tags", which takes the last block; False for "search_r1", as in Search-R1/verl-agent).
         reject_cjk: flag any CJK ideograph in the output as a format error (verl-agent's check).
         json_key: ("json") the key holding the action.
+        tools: ("tools") the verbs a call may name (:mod:`wrappers.tools`); None: the generic ``act(action)``.
 
     Options that do not apply to ``format`` are ignored. Never raises on any input text.
     """
@@ -320,6 +325,11 @@ def parse_action(
         result = _parse_boxed(text)
     elif format == "json":
         result = _parse_json(text, json_key)
+    elif format == "tools":
+        from wrappers.tools import GENERIC_TOOL, read_tool_call
+
+        action, reason = read_tool_call(text.strip(), tools or (GENERIC_TOOL,))
+        result = _ok(action) if action is not None else _error(reason)
     else:
         action = text.strip()
         result = _ok(action) if action else _error("empty output")
@@ -328,7 +338,7 @@ def parse_action(
     return result
 
 
-def format_response(action: str, format: str = "tags", *, json_key: str = "action") -> str:
+def format_response(action: str, format: str = "tags", *, json_key: str = "action", tools: Any = None) -> str:
     """What a perfect policy writes for ``action`` in ``format``: the inverse of :func:`parse_action`.
 
     Stage 1 trains on these strings and the expert plays through them, so every format must give the
@@ -357,9 +367,13 @@ def format_response(action: str, format: str = "tags", *, json_key: str = "actio
         text = f"<{verb}>{content}</{verb}>"
     elif format == "plain":
         text = action
+    elif format == "tools":
+        from wrappers.tools import GENERIC_TOOL, call_for_action
+
+        text = call_for_action(action, tools or (GENERIC_TOOL,))
     else:
         raise ValueError(f"format: expected one of {FORMATS}, got {format!r}")
-    parsed = parse_action(text, format, json_key=json_key)
+    parsed = parse_action(text, format, json_key=json_key, tools=tools)
     if parsed.format_error or parsed.action != expected:
         raise ValueError(f"the action {action!r} cannot be written in the {format!r} format so that it parses back "
                          f"(the parser reads {parsed.action!r}{': ' + parsed.reason if parsed.reason else ''})")
@@ -385,6 +399,8 @@ def format_instructions(format: str = "tags", *, json_key: str = "action") -> st
         return f'Reply with a JSON object of the form {{"{json_key}": "your action"}}.'
     if format == "plain":
         return "Reply with the action only."
+    if format == "tools":
+        return "Act by calling exactly one of the tools."
     raise ValueError(f"format: expected one of {FORMATS}, got {format!r}")
 
 
@@ -395,6 +411,7 @@ class _Config:
     allow_multiple: bool | None
     reject_cjk: bool
     json_key: str
+    tools: tuple = ()
 
 
 class LLMActionParser(gym.Wrapper, gym.utils.RecordConstructorArgs):
@@ -422,6 +439,8 @@ class LLMActionParser(gym.Wrapper, gym.utils.RecordConstructorArgs):
         on_error: ``"invalid"``, ``"fallback"`` or ``"raw"`` (see above).
         fallback_action: the action sent on a format error; required with ``on_error="fallback"``.
         require_think, allow_multiple, reject_cjk, json_key: passed to :func:`parse_action`.
+        tools: (``format="tools"``) the verbs a call may name; None: the env's own
+            (:func:`wrappers.tools.env_tools`: its ``agent_defaults.tool_verbs``, else ``act(action)``).
     """
 
     def __init__(
@@ -436,6 +455,7 @@ class LLMActionParser(gym.Wrapper, gym.utils.RecordConstructorArgs):
         allow_multiple: bool | None = None,
         reject_cjk: bool = False,
         json_key: str = "action",
+        tools: Any = None,
     ):
         gym.utils.RecordConstructorArgs.__init__(
             self,
@@ -447,6 +467,7 @@ class LLMActionParser(gym.Wrapper, gym.utils.RecordConstructorArgs):
             allow_multiple=allow_multiple,
             reject_cjk=reject_cjk,
             json_key=json_key,
+            tools=tools,
         )
         gym.Wrapper.__init__(self, env)
         if format not in FORMATS:
@@ -467,7 +488,12 @@ class LLMActionParser(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.format_penalty = float(format_penalty)
         self.on_error = on_error
         self.fallback_action = fallback_action
-        self._config = _Config(format, bool(require_think), allow_multiple, bool(reject_cjk), json_key)
+        if format == "tools" and tools is None:
+            from wrappers.tools import env_tools
+
+            tools = env_tools(env)
+        self.tools = tuple(tools or ())
+        self._config = _Config(format, bool(require_think), allow_multiple, bool(reject_cjk), json_key, self.tools)
 
     def parse(self, text: Any) -> ParseResult:
         """:func:`parse_action` with this wrapper's format and options."""
@@ -479,6 +505,7 @@ class LLMActionParser(gym.Wrapper, gym.utils.RecordConstructorArgs):
             allow_multiple=c.allow_multiple,
             reject_cjk=c.reject_cjk,
             json_key=c.json_key,
+            tools=c.tools,
         )
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

@@ -59,6 +59,14 @@ def default_action_format(env_id: str | None) -> str:
     return getattr(agent_defaults(env_id), "action_format", None) or DEFAULT_ACTION_FORMAT
 
 
+def default_tools(env_id: str | None) -> tuple[Any, ...]:
+    """The verbs ``env_id`` declares for the ``"tools"`` answer format (``agent_defaults.tool_verbs``), else
+    the generic ``act(action)`` (:data:`wrappers.tools.GENERIC_TOOL`)."""
+    from wrappers.tools import GENERIC_TOOL
+
+    return tuple(getattr(agent_defaults(env_id), "tool_verbs", ()) or ()) or (GENERIC_TOOL,)
+
+
 def step_limit(env: gym.Env) -> int | None:
     """The tightest gymnasium ``TimeLimit`` anywhere in ``env``'s wrapper chain (None: the env has none)."""
     limits = []

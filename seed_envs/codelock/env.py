@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from seed_envs.core import ACT_BY_ADMISSIBLE, AgentDefaults, Outcome, SeedEnv, Task, quote_action, time_limited
+from seed_envs.core import ACT_BY_ADMISSIBLE, AgentDefaults, Outcome, SeedEnv, Task, ToolVerb, quote_action, time_limited
 
 ALPHABET = ("A", "B", "C", "D", "E", "F")
 CODE_LENGTH = 3
@@ -115,6 +115,7 @@ class CodeLockEnv(SeedEnv):
         max_steps=CODE_LENGTH + 2,
         hindsight="seed_envs.codelock.hindsight:hindsight_rule",
         wrong_rule="seed_envs.codelock.hindsight:wrong_rule",
+        tool_verbs=(ToolVerb("enter", "Enter the next letter of the code.", "{letter}", {"letter": "one letter, A to F"}),),
     )
 
     def __init__(self, *, num_families: int | None = None, **contract: Any):

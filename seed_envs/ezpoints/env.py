@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from seed_envs.core import AgentDefaults, Expert, Outcome, SeedEnv, Task, contract_arg, quote_action, time_limited
+from seed_envs.core import AgentDefaults, Expert, Outcome, SeedEnv, Task, ToolVerb, contract_arg, quote_action, time_limited
 from seed_envs.ezpoints.cards import Deal, DealSpace, TableRenderer, deal_code, parse_deal
 from seed_envs.ezpoints import gym_cards
 from seed_envs.ezpoints.formula import EQUALS, FormulaError, Grammar, evaluate, is_number, numbers_in, tokenize
@@ -135,6 +135,8 @@ class EZPointsEnv(SeedEnv):
         max_steps=8,
         hindsight="seed_envs.ezpoints.hindsight:hindsight_rule",
         wrong_rule="seed_envs.ezpoints.hindsight:wrong_rule",
+        tool_verbs=(ToolVerb("enter", "Enter the next token of the formula.", "{token}",
+                             {"token": "a card's number, +, * or = to finish"}),),
     )
 
     def __init__(

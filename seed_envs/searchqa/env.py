@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 
-from seed_envs.core import AgentDefaults, Expert, Outcome, SeedEnv, Task, quote_action, time_limited
+from seed_envs.core import AgentDefaults, Expert, Outcome, SeedEnv, Task, ToolVerb, quote_action, time_limited
 from seed_envs.searchqa.corpus import Passage, format_passages, load_corpus
 from seed_envs.searchqa.datasets import (
     DATASET_NAMES,
@@ -190,6 +190,10 @@ class SearchQAEnv(SeedEnv):
         history=4,
         max_steps=4,
         hindsight="seed_envs.searchqa.hindsight:hindsight_rule",
+        tool_verbs=(ToolVerb("search", "Query the search engine; its results come back next step.", "search[{query}]",
+                             {"query": "the search query"}),
+                    ToolVerb("answer", "Give the final answer (ends the episode).", "answer[{text}]",
+                             {"text": "a short answer, no explanation"})),
     )
 
     def __init__(

@@ -18,6 +18,7 @@ from seed_envs.core import (
     Outcome,
     SeedEnv,
     Task,
+    ToolVerb,
     contract_arg,
     resolve_data_dir,
     time_limited,
@@ -175,6 +176,10 @@ class WebShopEnv(SeedEnv):
         max_steps=15,
         hindsight="seed_envs.webshop.hindsight:hindsight_rule",
         shorten="seed_envs.webshop.shorten:shorten",
+        tool_verbs=(ToolVerb("search", "Search the shop (from the search page).", "search[{query}]",
+                             {"query": "what to search for"}),
+                    ToolVerb("click", "Click a button, a result or an option on the page.", "click[{target}]",
+                             {"target": "the button's or option's text, or a product id, as listed"})),
     )
 
     def __init__(

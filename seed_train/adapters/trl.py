@@ -34,7 +34,9 @@ import seed_envs  # noqa: F401  (registers the ids)
 from seed_envs.core import ToolVerb
 from seed_train.generation import HFGenerateBackend
 from seed_train.codec import encode_prompt
-from wrappers import PromptParts, agent_defaults, make_agent_env, render_prompt
+from wrappers import PromptParts, make_agent_env, render_prompt
+from wrappers.stack import default_tools
+from wrappers.tools import GENERIC_TOOL
 
 _SENTINEL = "\u2063SEED-RESPONSE\u2063"  # stands in for a response when rendering the turn template
 
@@ -225,13 +227,14 @@ def make_dataset(rows: Sequence[Mapping[str, Any]]):
 
 
 # ------------------------------------------------------------------------------ tool calling
-# ToolVerb (seed_envs.core) is the data an env declares its verbs with (agent_defaults.tool_verbs).
-GENERIC_VERB = ToolVerb("act", "Take one action in the environment.", "{action}", {"action": "the action text"})
+# ToolVerb (seed_envs.core) is the data an env declares its verbs with (agent_defaults.tool_verbs); the
+# generic verb and the lookup are the agent stack's (wrappers.tools), shared with the "tools" answer format.
+GENERIC_VERB = GENERIC_TOOL
 
 
 def env_tool_verbs(env_id: str) -> tuple[ToolVerb, ...]:
     """The tool verbs ``env_id`` declares (``agent_defaults.tool_verbs``), else one generic ``act(action)``."""
-    return tuple(getattr(agent_defaults(env_id), "tool_verbs", ()) or ()) or (GENERIC_VERB,)
+    return default_tools(env_id)
 
 
 def _tool_method(verb: ToolVerb) -> Callable[..., str]:
