@@ -52,6 +52,10 @@ QUICKSTART = {
     "stage1_epochs": 1,
     "stage1_batch_size": 8,
     "stage1_lr": 5e-4,
+    # Each skill pair 8 times and 2 analyzer retries: the policy's own skills are valid in >= 80% of Stage 2
+    # episodes (83% of 24 fresh rollouts at 1 retry: benchmarks/skill_validity.py --skill-repeats 8), so the
+    # OPD term acts on most tokens; one skill pair per demo leaves 0-2 of 12 valid.
+    "stage1_skill_repeats": 8,
     "iterations": 2,
     "tasks_per_iteration": 3,
     "group_size": 4,
@@ -59,7 +63,7 @@ QUICKSTART = {
     "kl_coef": 0.0,  # two iterations cannot drift far; saves a reference pass per iteration
     "minibatch_size": 16,
     "skill_max_new_tokens": 48,
-    "analyzer_retries": 0,
+    "analyzer_retries": 2,
     "eval_limit": 24,
     "checkpoint_every": 0,
     "output_dir": "runs/quickstart",

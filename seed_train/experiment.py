@@ -142,6 +142,16 @@ def uses_opd(base: SeedConfig, arm: str) -> bool:
     return arm_overrides(arm).get("opd_coef", base.opd_coef) > 0
 
 
+def read_json_file(path: Path, what: str = "") -> Any:
+    """A JSON file of an experiment folder; a damaged one is a ValueError naming the file and the fix."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        reason = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8 text"
+        raise ValueError(f"{path}: damaged ({reason}){' ' + what if what else ''}; restore it or delete it (a "
+                         "unit's results.json: delete that unit's folder to run the unit again)") from None
+
+
 @contextlib.contextmanager
 def unit_lock(folder: Path, on_wait: Callable[[str], None]) -> Iterator[None]:
     """Hold ``folder/.unit.lock`` (an exclusive ``flock``) while one process runs the unit: a second process
@@ -237,7 +247,7 @@ class Experiment:
         path = self.out / "experiment.json"
         if not path.is_file():
             return
-        before = json.loads(path.read_text())["config"]
+        before = read_json_file(path)["config"]
         now = self.common_config()
         changed = sorted(k for k in set(before) | set(now)
                          if k not in OPERATIONAL_FIELDS and before.get(k) != now.get(k))
@@ -261,7 +271,7 @@ class Experiment:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _merge_manifest(self, path: Path) -> None:
-        old = json.loads(path.read_text()) if path.is_file() else {"arms": [], "seeds": []}
+        old = read_json_file(path) if path.is_file() else {"arms": [], "seeds": []}
         tmp = path.with_name(f"experiment.json.tmp{os.getpid()}")
         tmp.write_text(json.dumps({
             "config": self.common_config(), "splits": list(self.splits),
@@ -277,7 +287,7 @@ class Experiment:
         seeds of one folder side by side (``--seeds 0``, ``--seeds 1``, ...) each end with a report over all of
         them, the units still running listed as unfinished, so the last one to finish writes the whole report."""
         path = self.out / "experiment.json"
-        manifest = json.loads(path.read_text()) if path.is_file() else {"arms": [], "seeds": []}
+        manifest = read_json_file(path) if path.is_file() else {"arms": [], "seeds": []}
         arms = tuple(a for a in dict.fromkeys([*manifest["arms"], *self.arms]) if is_arm(a))
         seeds = tuple(sorted(dict.fromkeys([*manifest["seeds"], *self.seeds])))
         return dataclasses.replace(self, arms=arms, seeds=seeds)
@@ -373,7 +383,7 @@ class Experiment:
                 if cfg.resume is None and unit.run_dir.exists():
                     shutil.rmtree(unit.run_dir)  # an interrupted start: its logs and trajectories would be appended to
                 train(cfg, say=say)
-            result["train"] = json.loads((unit.run_dir / "results.json").read_text())
+            result["train"] = read_json_file(unit.run_dir / "results.json")
             model, stage = unit.run_dir / "final", ("after_stage1" if unit.kind == "stage1" else "after")
             if unit.kind == "arm":
                 result["overrides"] = arm_overrides(unit.arm)
@@ -444,7 +454,7 @@ def _eta(left: Sequence[Unit], durations: dict[str, list[float]]) -> float:
 
 # ---------------------------------------------------------------------------------- the report
 def _load(unit: Unit) -> dict[str, Any] | None:
-    return json.loads(unit.results_path.read_text()) if unit.done() else None
+    return read_json_file(unit.results_path) if unit.done() else None
 
 
 def build_report(experiment: Experiment) -> dict[str, Any]:

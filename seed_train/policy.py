@@ -102,6 +102,12 @@ def resolve_model(name_or_path: str | os.PathLike[str], cache_dir: Path | None =
     return path
 
 
+def embedded_cache_ready(name: str, cache_dir: Path | None = None) -> bool:
+    """Whether embedded model ``name`` is already converted in the cache (then its wheel is not read)."""
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    return _is_complete_cache(root / "models" / name)
+
+
 def _is_complete_cache(folder: Path) -> bool:
     # The folder only ever appears by an atomic rename of a finished conversion, and the source
     # record is written last inside it, so its presence means the cache is whole.
@@ -266,15 +272,29 @@ def load_policy(
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    except Exception as e:  # noqa: BLE001  (a damaged folder: safetensors, JSON, OS errors alike)
+        raise damaged_model_error(path, str(name_or_path), e) from e
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(dev)
+    model = model.to(dev)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     if lora is not None:
         model = add_lora(model, lora)
     return model, tokenizer
+
+
+def damaged_model_error(path: Path, name: str, error: BaseException) -> Exception:
+    """The one-line error of a model folder whose files do not load, with the fix (a SetupError)."""
+    from seed_train.config import SetupError
+
+    detail = " ".join(str(error).split())[:200]
+    fix = (f"delete {path} and the embedded model is converted again from its wheel" if name in EMBEDDED_MODELS
+           else "download or save the model again")
+    return SetupError(f"model folder {path}: its files do not load ({type(error).__name__}: {detail}); {fix}")
 
 
 def add_lora(model: "PreTrainedModel", lora: LoraSettings) -> "PreTrainedModel":

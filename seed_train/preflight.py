@@ -66,11 +66,13 @@ def check_model_sees(model: str, env_id: str, obs_mode: str, name: str) -> None:
 
 def check_model(model: str, name: str) -> None:
     """An embedded model name, or a Hugging Face model folder (``config.json`` in it); nothing is loaded."""
-    from seed_train.policy import EMBEDDED_MODELS, resolve_model
+    from seed_train.policy import EMBEDDED_MODELS, embedded_cache_ready, embedded_gguf_path, resolve_model
 
-    if model in EMBEDDED_MODELS:
-        return
     try:
+        if model in EMBEDDED_MODELS:
+            if not embedded_cache_ready(model):  # to be converted from its wheel: the wheel must be there
+                embedded_gguf_path(model)
+            return
         resolve_model(model)  # for a folder: checks it, loads nothing
     except FileNotFoundError as e:
         raise SetupError(f"{name}: {e}") from e

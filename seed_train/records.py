@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from seed_train.experiment import read_json_file  # (experiment imports this module lazily)
+
 RECORD_KIND = "seed-gym experiment record"
 VERSION = 1
 EPISODE_FIELDS = ("key", "category", "success", "score", "length", "steps", "format_errors")
@@ -196,7 +198,7 @@ def unit_entry(experiment: Any, unit: Any) -> dict[str, Any]:
     from seed_train.logs import read_metrics
     from wrappers import read_trajectories
 
-    result = json.loads(unit.results_path.read_text())
+    result = read_json_file(unit.results_path)
     stage = {"before": "before", "stage1": "after_stage1"}.get(unit.kind, "after")
     evals = {}
     for split in experiment.splits:
@@ -231,7 +233,7 @@ def experiment_from_folder(folder: str | Path) -> Any:
     manifest_path = folder / "experiment.json"
     if not manifest_path.is_file():
         raise ValueError(f"{folder}: not an experiment folder (no experiment.json)")
-    manifest = json.loads(manifest_path.read_text())
+    manifest = read_json_file(manifest_path)
     config = {**manifest["config"], "output_dir": str(folder)}
     base = SeedConfig.from_dict({k: v for k, v in config.items() if k not in ("resume", "stage1_from")})
     return Experiment(base, tuple(manifest["arms"]), tuple(manifest["seeds"]), folder, tuple(manifest["splits"]))
@@ -283,7 +285,7 @@ def add_units(experiment: Any, record: Record | None) -> tuple[Record, dict[str,
         record.units[key] = entry
         counts["added"] += 1
     if counts["added"]:
-        manifest = json.loads((experiment.out / "experiment.json").read_text())
+        manifest = read_json_file(experiment.out / "experiment.json")
         record.sessions.append({"date": datetime.date.today().isoformat(),
                                 "commands": manifest.get("commands", []),
                                 "versions": versions(), "units_added": counts["added"]})

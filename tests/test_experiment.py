@@ -377,3 +377,15 @@ def test_report_lists_success_per_category_when_the_panel_has_several():
                          "| after Stage 1 | 0.500 ± 0.500 (s0 0.25 s2 0.75) | 0.500 ± 0.500 (s0 1.00 s2 0.00) |",
                          "| `seed` |  | 0.500 ± 0.500 (s0 0.50 s2 0.50) |"]
     assert category_table({"seed": row(sum=[1.0])}) == []  # one category: the main table says it all
+
+
+def test_a_damaged_experiment_file_is_one_line_naming_the_file(tmp_path, capsys):
+    """Issue 33 item 9: a damaged experiment.json gave a bare JSONDecodeError message naming no file."""
+    from seed_train.cli import main_train
+
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    (folder / "experiment.json").write_text('{"arms": ["grpo"], "seeds": [0')  # cut short
+    assert main_train(["record", str(folder), str(tmp_path / "record.jsonl")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(folder / "experiment.json") in err[0] and "damaged" in err[0]

