@@ -256,3 +256,15 @@ def test_paired_tests_leave_an_episode_whose_env_failed_out_of_both_arms():
     b[1].meta.update(env_failed=True)
     result = paired_test(episode_outcomes(a), episode_outcomes(b))
     assert result["pairs"] == 2 and result["a_only"] == 2  # task t/1 is in neither arm's count
+
+
+def test_the_deadline_benchmark_runs_and_the_limit_changes_no_episode(monkeypatch, capsys):
+    import sys
+
+    from script_loader import load_script
+
+    bench = load_script("benchmarks/bench_env_deadline.py")
+    monkeypatch.setattr(sys, "argv", ["bench", "--episodes", "5", "--repeats", "1"])
+    bench.main()  # (asserts the two rows played the same episodes)
+    out = capsys.readouterr().out
+    assert "| EnvDeadline | 25 |" in out and "| bare | 25 |" in out
