@@ -133,6 +133,20 @@ class EnvPool:
             self.vector_env.close()
             self.vector_env = None
 
+    def discard(self) -> None:
+        """Drop a vector env whose worker process died (``async``): its processes are ended, the next
+        :meth:`get` builds a fresh one."""
+        if self.vector_env is not None:
+            try:
+                self.vector_env.close(terminate=True) if self.backend == "async" else self.vector_env.close()
+            except Exception:  # noqa: BLE001  (a broken pipe may fail to close too)
+                pass
+            self.vector_env = None
+
+
+#: What a gymnasium AsyncVectorEnv raises when one of its worker processes died (killed, out of memory).
+WORKER_DIED = (EOFError, BrokenPipeError, ConnectionResetError)
+
 
 def _failed_trajectory(job: EpisodeJob, spec: EnvSpec, error: str) -> Trajectory:
     """What is left of an episode whose env crashed (Ray backend): no steps, marked failed."""
@@ -210,7 +224,12 @@ def run_episodes(
     ] + [None] * (size - len(jobs))
     seeds = [job.seed for job in jobs] + [None] * (size - len(jobs))
     t0 = time.perf_counter()
-    obs, _ = envs.reset(seed=seeds, options={SLOT_JOBS: slot_jobs})
+    try:
+        obs, _ = envs.reset(seed=seeds, options={SLOT_JOBS: slot_jobs})
+    except WORKER_DIED:  # a worker died between batches: a fresh vector env plays this one
+        pool.discard()
+        envs = pool.get(len(jobs))
+        obs, _ = envs.reset(seed=seeds, options={SLOT_JOBS: slot_jobs})
     stats.env_s += time.perf_counter() - t0
     prompts_text = list(obs["prompt"])
     # A vision-language policy sees each env's current image (obs_mode image / text+image) with its prompt.
@@ -245,7 +264,20 @@ def run_episodes(
             actions[i] = TokenizedResponse(gen.text, gen.prompt_token_ids, gen.response_token_ids,
                                            gen.response_logprobs)
         t0 = time.perf_counter()
-        obs, _, terminated, truncated, infos = envs.step(tuple(actions))
+        try:
+            obs, _, terminated, truncated, infos = envs.step(tuple(actions))
+        except WORKER_DIED as e:  # an env worker process died mid-batch: every episode still playing ends
+            pool.discard()        # as an env failure (the other workers' states went with the vector env)
+            for i in active:
+                finished[i] = _failed_trajectory(jobs[i], pool.spec, f"env worker process died ({type(e).__name__}); "
+                                                 "the vector env was rebuilt")
+            if on_finished is not None:
+                on_finished(len(active))
+            if on_trajectory is not None:
+                for i in active:
+                    on_trajectory(finished[i])
+            active = []
+            break
         stats.env_s += time.perf_counter() - t0
         prompts_text = list(obs["prompt"])
         still_active = []
@@ -267,6 +299,9 @@ def run_episodes(
         active = still_active
         turn += 1
     _forget_turns(backend)  # frees the kept KV before the update needs the memory
+    if pool.vector_env is None:  # (discarded: a worker died; nothing to drain)
+        stats.turns += turn
+        return [finished[i] for i in range(len(jobs))]
     # One idle step drains the vector env's pending autoresets: gymnasium 1.4's AsyncVectorEnv (without
     # shared memory, our case) does not clear a worker's autoreset flag on reset, so a slot whose episode
     # ended at this batch's last turn would answer the next batch's first step with a reset (idle

@@ -268,3 +268,31 @@ def test_the_deadline_benchmark_runs_and_the_limit_changes_no_episode(monkeypatc
     bench.main()  # (asserts the two rows played the same episodes)
     out = capsys.readouterr().out
     assert "| EnvDeadline | 25 |" in out and "| bare | 25 |" in out
+
+
+def test_an_async_env_worker_that_dies_ends_the_batchs_open_episodes_and_the_pool_is_rebuilt(tiny):
+    """A SIGKILLed AsyncVectorEnv worker used to surface as a bare EOFError that ended the run."""
+    pool = EnvPool(SPEC, "async")
+
+    class KillsAWorker:
+        def __init__(self, inner):
+            self.inner, self.calls = inner, 0
+
+        def generate(self, prompts, **kwargs):
+            self.calls += 1
+            if self.calls == 2:  # every episode is at its second step (Echo here takes two)
+                pool.vector_env.processes[1].kill()
+                pool.vector_env.processes[1].join(10)
+            return self.inner.generate(prompts, **kwargs)
+
+    try:
+        played = run_episodes(KillsAWorker(tiny.backend), tiny.codec, pool, jobs([0, 3, 5, 6]), max_new_tokens=3, seed=0)
+        assert all(t.meta["env_failed"] and "env worker process died" in t.meta["env_error"] for t in played)
+        again = run_episodes(tiny.backend, tiny.codec, pool, jobs([0, 3, 5, 6]), max_new_tokens=3, seed=0)
+        assert all(not t.meta.get("env_failed") and t.steps for t in again)  # a fresh vector env
+        pool.vector_env.processes[0].kill()  # a worker that died between batches: the next batch rebuilds
+        pool.vector_env.processes[0].join(10)
+        third = run_episodes(tiny.backend, tiny.codec, pool, jobs([0, 3, 5, 6]), max_new_tokens=3, seed=0)
+        assert [[s.response for s in t.steps] for t in third] == [[s.response for s in t.steps] for t in again]
+    finally:
+        pool.close()
