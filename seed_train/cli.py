@@ -73,7 +73,7 @@ QUICKSTART = {
 def _parser_train(sub) -> None:
     p = sub.add_parser("train", help="run SEED (or a baseline) from a config and flags")
     SeedConfig.add_arguments(p)
-    p = sub.add_parser("quickstart", help="the main job on the embedded default model (~3-5 min on 2 CPU cores)",
+    p = sub.add_parser("quickstart", help="the main job on the embedded default model (~6 min on 2 quiet CPU cores)",
                        description="The train command with the quickstart's values as defaults (shown below); a "
                                    "--config file overrides them and flags override both.")
     SeedConfig.add_arguments(p, defaults=QUICKSTART)
