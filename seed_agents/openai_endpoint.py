@@ -21,7 +21,7 @@ recorded failure and plays on. Usage fields that are not counts are recorded as 
 
 The retry loop is ours, not the ``openai`` client's (it runs with ``max_retries=0``): the client retries
 only HTTP and connection errors, while a reply it cannot parse, or one that never ends, must share the
-same budget. Each attempt runs in a daemon thread the caller waits on with the deadline, so an attempt
+same budget. Each attempt runs in a daemon thread the caller waits on with the deadline (``wrappers.deadline.call_with_deadline``), so an attempt
 that overruns is abandoned (its thread ends when the server closes or its read times out) and Ctrl-C
 reaches the caller at once.
 
@@ -35,11 +35,11 @@ import json
 import math
 import os
 import random
-import threading
 import time
 from typing import Any
 
 from seed_agents.agents import AgentError
+from wrappers.deadline import EnvTimeout, call_with_deadline
 from wrappers.recorder import ServedResponse
 from wrappers.tools import tool_call_text
 
@@ -276,23 +276,10 @@ class OpenAIChatAgent:
 
     def _attempt(self, request: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """One request within the deadline: the reply's text and usage, or the attempt's error."""
-        box: dict[str, Any] = {}
-        done = threading.Event()
-
-        def run() -> None:
-            try:
-                box["reply"] = self._request_once(request)
-            except BaseException as e:  # noqa: BLE001  (handed to the waiting caller)
-                box["error"] = e
-            finally:
-                done.set()
-
-        threading.Thread(target=run, name="endpoint-attempt", daemon=True).start()
-        if not done.wait(self.timeout):
-            raise AttemptTimeout(f"no complete reply within {self.timeout:g} s")
-        if "error" in box:
-            raise box["error"]
-        return box["reply"]
+        try:
+            return call_with_deadline(lambda: self._request_once(request), self.timeout, "endpoint-attempt")
+        except EnvTimeout:
+            raise AttemptTimeout(f"no complete reply within {self.timeout:g} s") from None
 
     def _request_once(self, request: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         with self._client.chat.completions.with_streaming_response.create(**request) as response:

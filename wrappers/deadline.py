@@ -59,6 +59,17 @@ class _CallThread:
         self._calls.put(None)
 
 
+def call_with_deadline(fn: Callable[[], Any], timeout: float, name: str = "deadline-call") -> Any:
+    """``fn()`` on a daemon thread of its own, waited on for ``timeout`` seconds: its result or exception,
+    or :class:`EnvTimeout` (the call is then abandoned, its thread ends when ``fn`` returns). One call of
+    anything that may hang, e.g. an endpoint request (``seed_agents.openai_endpoint``)."""
+    thread = _CallThread(name)
+    try:
+        return thread.run(fn, timeout)
+    finally:
+        thread.stop()  # (queued after the call: the thread leaves once fn has returned)
+
+
 class EnvDeadline(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Limits the wall-clock time of the inner env's ``reset`` and ``step`` calls.
 

@@ -19,6 +19,7 @@ size of the parts; observation text is never cut.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -391,10 +392,10 @@ class PromptRenderer(gym.Wrapper, gym.utils.RecordConstructorArgs):
             if shorter is None:
                 break
             level += 1
-            parts = PromptParts(**{**parts.__dict__, "observation": str(shorter["observation"]),
-                                   "history": [dict(h) for h in shorter["history"]],
-                                   "admissible": None if shorter.get("admissible") is None
-                                   else [str(a) for a in shorter["admissible"]]})
+            parts = dataclasses.replace(parts, observation=str(shorter["observation"]),
+                                        history=[dict(h) for h in shorter["history"]],
+                                        admissible=None if shorter.get("admissible") is None
+                                        else [str(a) for a in shorter["admissible"]])
             prompt = render_prompt(parts)
         return parts, prompt, level
 
