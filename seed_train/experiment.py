@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
-from seed_train.config import SeedConfig
+from seed_train.config import SeedConfig, field_default
 from seed_train.logs import read_metrics
 from seed_train.progress import clock
 from seed_train.seed_statistics import COMPARISON_HEADER, READING_NOTE, comparison_row, sample_sd
@@ -247,7 +247,10 @@ class Experiment:
         path = self.out / "experiment.json"
         if not path.is_file():
             return
-        before = read_json_file(path)["config"]
+        # A field this version added after the folder was started is read as its default: the value that
+        # reproduces what the older version did, so upgrading mid-experiment does not orphan the folder.
+        before = {**{f.name: field_default(f.name) for f in dataclasses.fields(SeedConfig)
+                     if f.name not in MANAGED_FIELDS}, **read_json_file(path)["config"]}
         now = self.common_config()
         changed = sorted(k for k in set(before) | set(now)
                          if k not in OPERATIONAL_FIELDS and before.get(k) != now.get(k))

@@ -245,6 +245,17 @@ def test_experiment_two_arms_two_seeds_shared_stage1_paired_and_resumable(tmp_pa
     # A different base config in the same folder is refused before any work.
     assert main_train([*argv, "--lr", "1e-3"]) == 2
     assert "other values of ['lr']" in capsys.readouterr().err
+    # A folder started by an older version, whose manifest lacks a field added since, reads it as its
+    # default: the rerun goes on; a value other than the default is still refused.
+    manifest = json.loads((exp / "experiment.json").read_text())
+    del manifest["config"]["failed_group"]
+    (exp / "experiment.json").write_text(json.dumps(manifest))
+    assert main_train(argv) == 0
+    assert capsys.readouterr().out.count("finished earlier, skipped") == 8
+    manifest["config"].pop("failed_group", None)
+    (exp / "experiment.json").write_text(json.dumps(manifest))
+    assert main_train([*argv, "--failed-group", "keep"]) == 2
+    assert "other values of ['failed_group']" in capsys.readouterr().err
     check_records(exp, argv, capsys)
 
 
@@ -259,6 +270,22 @@ def check_records(exp, argv, capsys):
     assert record.sessions[0]["commands"][0][:2] == ["seed-train", "experiment"]
     assert {"python", "torch", "transformers"} <= set(record.sessions[0]["versions"])
     assert own.stat().st_size < 100_000
+    # On disk each episode key is written once, in the header's table the unit rows index; a version-1
+    # file (every row spelled out) reads to the same record; a row indexing past the table is one line.
+    first_key = record.units[("before", 0, None)]["evals"]["test"][0][0]
+    assert own.read_text().count(json.dumps(first_key)) == 1
+    v1 = exp.parent / "v1.jsonl"
+    v1.write_text("\n".join([json.dumps({**record.header, "version": 1}),
+                             *(json.dumps({"session": s}) for s in record.sessions),
+                             *(json.dumps({"unit": u}) for u in record.units.values())]) + "\n")
+    assert read_record(v1).units == record.units and read_record(v1).sessions == record.sessions
+    bad = exp.parent / "bad.jsonl"
+    lines = own.read_text().splitlines()
+    unit_line = json.loads(lines[-1])
+    unit_line["unit"]["evals"]["test"][0][0] = 10_000
+    bad.write_text("\n".join([*lines[:-1], json.dumps(unit_line)]) + "\n")
+    with pytest.raises(ValueError, match=f"bad.jsonl:{len(lines)}: a unit row names an episode"):
+        read_record(bad)
     unit = record.units[("arm", 1, "seed")]
     rows = unit["evals"]["test"]
     assert [r[0] for r in rows] == [t.task_id for t in read_trajectories(exp / "seed1" / "seed" /
