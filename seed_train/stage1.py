@@ -135,6 +135,37 @@ def length_bucketed_batches(lengths: Sequence[int], batch_size: int, rng: np.ran
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
+def merged_copies(batch: Sequence[SFTPair]) -> tuple[list[SFTPair], list[int]]:
+    """The batch's distinct pairs (first-seen order) and how often each occurs in it.
+
+    :func:`repeat_skill_pairs` puts copies of one object in the list, and length bucketing tends to put
+    them in the same batch; their loss terms are identical when the model has no active dropout, so one
+    forward pass weighted by the count gives the same gradient at a fraction of the cost.
+    """
+    distinct: dict[int, int] = {}
+    unique: list[SFTPair] = []
+    counts: list[int] = []
+    for pair in batch:
+        if id(pair) in distinct:
+            counts[distinct[id(pair)]] += 1
+        else:
+            distinct[id(pair)] = len(unique)
+            unique.append(pair)
+            counts.append(1)
+    return unique, counts
+
+
+def has_active_dropout(model) -> bool:
+    """Whether a training-mode forward of ``model`` is random (a dropout module or attention dropout > 0)."""
+    import torch
+
+    if any(isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0 for m in model.modules()):
+        return True
+    config = getattr(model, "config", None)
+    return any(float(getattr(config, name, 0.0) or 0.0) > 0
+               for name in ("attention_dropout", "hidden_dropout", "dropout", "attn_pdrop", "resid_pdrop"))
+
+
 def sft_train(model, pairs: Sequence[SFTPair], *, lr: float, epochs: int, batch_size: int, seed: int,
               grad_clip: float = 1.0, progress: Callable[[str], None] | None = None,
               layout: ReplicatedWeights | None = None) -> list[float]:
@@ -144,6 +175,8 @@ def sft_train(model, pairs: Sequence[SFTPair], *, lr: float, epochs: int, batch_
     of each; the token mean uses the whole batch's token count and ``layout``
     (:mod:`seed_train.parallel`) averages the gradients, so the update is the single-process one.
     """
+    import torch
+
     from seed_train.distributed import dist_info, sum_over_ranks
 
     layout = layout or ReplicatedWeights()
@@ -155,6 +188,7 @@ def sft_train(model, pairs: Sequence[SFTPair], *, lr: float, epochs: int, batch_
     lengths = [len(p.prompt_ids) + len(p.response_ids) for p in pairs]
     per_epoch = len(length_bucketed_batches(lengths, batch_size, np.random.default_rng(0)))  # (a count only)
     bar = progress_bar(total=epochs * per_epoch, desc="Stage 1 SFT", unit="step")
+    merge = not has_active_dropout(model)  # copies of a pair in one batch: one forward, weighted
     model.train()
     for epoch in range(epochs):
         for batch_index in length_bucketed_batches(lengths, batch_size, rng):
@@ -165,11 +199,13 @@ def sft_train(model, pairs: Sequence[SFTPair], *, lr: float, epochs: int, batch_
             if batch:
                 # Shared heads (system prompt, task) run once per batch; not under FSDP/ZeRO, whose forwards
                 # are collectives that every rank must run the same number of times.
-                prompts = [p.prompt_ids for p in batch]
-                logprobs, mask = response_logprobs(model, prompts, [p.response_ids for p in batch],
+                unique, copies = merged_copies(batch) if merge else (batch, [1] * len(batch))
+                prompts = [p.prompt_ids for p in unique]
+                logprobs, mask = response_logprobs(model, prompts, [p.response_ids for p in unique],
                                                    batch_size=batch_size, grad=True,
                                                    prefix_groups=None if layout.lockstep else auto_prefix_groups(prompts))
-                loss = -masked_token_mean(logprobs, mask, count)
+                weights = torch.tensor(copies, dtype=logprobs.dtype, device=logprobs.device)[:, None]
+                loss = -masked_token_mean(logprobs * weights, mask, count)
                 layout.backward(loss)
                 value = float(loss.detach())
             else:

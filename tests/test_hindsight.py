@@ -596,6 +596,41 @@ def test_repeat_skill_pairs_repeats_skill_pairs_only_in_order():
         repeat_skill_pairs(pairs, 0)
 
 
+def test_copies_of_a_pair_in_one_batch_run_once_weighted_with_the_same_update(monkeypatch):
+    """Stage 1 merges copies of a repeated skill pair in a batch: identical loss and weights to running each."""
+    import copy
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import seed_train.stage1 as stage1
+    from seed_train.tiny import cached_tiny_model
+
+    act = [SFTPair([5, 6, 7, 8][: 2 + i % 3], [9 + i, 10], "act") for i in range(5)]
+    skill = SFTPair([11, 12, 13, 14, 15, 16], [17, 18, 19], "skill")
+    pairs = repeat_skill_pairs([act[0], skill, *act[1:]], 6)
+    unique, counts = stage1.merged_copies([act[0], skill, skill, act[1], skill])
+    assert unique == [act[0], skill, act[1]] and counts == [1, 3, 1]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_pretrained(str(cached_tiny_model(seed=0)), dtype=torch.float32)
+        assert not stage1.has_active_dropout(model)
+        separate = copy.deepcopy(model)
+        kwargs = dict(lr=1e-3, epochs=2, batch_size=4, seed=3)
+        forwards = []
+        real = stage1.response_logprobs
+        monkeypatch.setattr(stage1, "response_logprobs", lambda m, p, *a, **k: forwards.append(len(p)) or real(m, p, *a, **k))
+        merged_losses = stage1.sft_train(model, pairs, **kwargs)
+        merged_rows = sum(forwards)
+        forwards.clear()
+        monkeypatch.setattr(stage1, "has_active_dropout", lambda m: True)  # the unmerged path
+        separate_losses = stage1.sft_train(separate, pairs, **kwargs)
+    assert merged_rows < sum(forwards) == 2 * len(pairs)
+    assert merged_losses == pytest.approx(separate_losses, rel=1e-5)
+    for a, b in zip(model.parameters(), separate.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)  # (summation order: float noise)
+
+
 def test_stage1_skill_repeats_is_a_checked_config_field():
     assert SeedConfig().stage1_skill_repeats == 1
     with pytest.raises(ValueError, match="stage1_skill_repeats"):
