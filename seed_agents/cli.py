@@ -62,9 +62,8 @@ def format_table(summary: dict[str, dict[str, float]]) -> str:
 ENV_STEP_TIMEOUT_S, ENV_EPISODE_TIMEOUT_S = 300.0, 1800.0
 
 
-def _make(args: argparse.Namespace) -> gym.Env:
-    """The env for ``args.agent``: the bare env for scripted agents; for a model agent the same stack as
-    training (prompt renderer and action parser with the env's own defaults; see wrappers.stack)."""
+def _make_kwargs(args: argparse.Namespace) -> dict:
+    """``gym.make`` arguments from ``--kwargs`` and the named flags (which win)."""
     kwargs = json.loads(args.kwargs) if args.kwargs else {}
     if not isinstance(kwargs, dict):
         raise SystemExit("--kwargs: expected a JSON object")
@@ -72,6 +71,13 @@ def _make(args: argparse.Namespace) -> gym.Env:
         value = getattr(args, name, None)
         if value is not None:
             kwargs[name] = value
+    return kwargs
+
+
+def _make(args: argparse.Namespace) -> gym.Env:
+    """The env for ``args.agent``: the bare env for scripted agents; for a model agent the same stack as
+    training (prompt renderer and action parser with the env's own defaults; see wrappers.stack)."""
+    kwargs = _make_kwargs(args)
     limits = {"step_timeout_s": getattr(args, "env_step_timeout", 0.0) or 0.0,
               "episode_timeout_s": getattr(args, "env_episode_timeout", 0.0) or 0.0}
     if min(limits.values()) < 0:
@@ -221,6 +227,19 @@ def cmd_make_alfworld(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from seed_agents.openenv_server import ServeLimits, serve
+    except ImportError as e:
+        raise ImportError(f"serving needs the serve extra: pip install -e '.[serve]' ({e})") from None
+    limits = ServeLimits(max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout,
+                         request_timeout_s=args.request_timeout, max_message_bytes=args.max_message_bytes)
+    print(f"seed-envs serve: {args.env_id} on http://{args.host}:{args.port} (OpenEnv WebSocket sessions at /ws, "
+          f"spec at /seed/spec; up to {limits.max_sessions} sessions)", file=sys.stderr)
+    serve(args.env_id, _make_kwargs(args), host=args.host, port=args.port, limits=limits)
+    return 0
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     import importlib
 
@@ -323,6 +342,25 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--threads", type=int, default=4, help="threads of the concurrency check")
     sp.add_argument("--only", nargs="+", default=None, metavar="CHECK", help="run only these checks")
     sp.set_defaults(fn=cmd_check)
+    sp = sub.add_parser("serve", help="serve an env over the OpenEnv protocol (WebSocket sessions; serve extra)",
+                        description="One env, its gym.make arguments fixed here, an env instance per session; "
+                                    "clients: gym.make('seed/Remote-v0', url=...) or any OpenEnv client "
+                                    "(docs/integrations-openenv.md).")
+    env_args(sp)
+    from seed_agents.serve_limits import ServeLimits
+    sp.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
+    sp.add_argument("--port", type=int, default=8000)
+    sp.add_argument("--max-sessions", dest="max_sessions", type=int, default=ServeLimits.max_sessions,
+                    help="sessions (so envs) at once; more are refused with CAPACITY_REACHED")
+    sp.add_argument("--idle-timeout", dest="idle_timeout", type=float, default=ServeLimits.idle_timeout_s,
+                    help="seconds a session may stay silent before it is closed")
+    sp.add_argument("--request-timeout", dest="request_timeout", type=float,
+                    default=ServeLimits.request_timeout_s,
+                    help="seconds one env call (make, reset, step) may take; past it the session's env is abandoned")
+    sp.add_argument("--max-message-bytes", dest="max_message_bytes", type=int,
+                    default=ServeLimits.max_message_bytes,
+                    help="largest WebSocket message taken; a larger one closes the connection (1009)")
+    sp.set_defaults(fn=cmd_serve)
     sp = sub.add_parser("make-alfworld", help="generate ALFWorld games (planner-checked) in alfworld's data layout")
     sp.add_argument("--n", type=int, required=True, help="games per split")
     sp.add_argument("--seed", type=int, default=0)

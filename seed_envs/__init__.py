@@ -16,7 +16,7 @@ import gymnasium as gym
 
 from seed_envs.core import INFO_KEYS, Expert, SeedEnv
 
-__all__ = ["ENV_IDS", "INFO_KEYS", "SeedEnv", "hindsight_rule_for", "make_expert", "register_envs",
+__all__ = ["ENV_IDS", "INFO_KEYS", "REMOTE_ENV_ID", "SeedEnv", "hindsight_rule_for", "make_expert", "register_envs",
            "wrong_rule_for"]
 __version__ = "0.1.0"
 
@@ -71,11 +71,18 @@ def wrong_rule_for(env_id: str | None):
     return _declared(env_id, "wrong_rule")
 
 
+#: A served env played over the OpenEnv protocol (``seed-envs serve``; needs the ``serve`` extra). Not in
+#: :data:`ENV_IDS`: it is a client of one of them, made with the server's ``url``.
+REMOTE_ENV_ID = "seed/Remote-v0"
+
+
 def register_envs() -> None:
     """Register every id with gymnasium; safe to call more than once."""
     for env_id, entry_point in ENV_IDS.items():
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=entry_point)
+    if REMOTE_ENV_ID not in gym.registry:
+        gym.register(id=REMOTE_ENV_ID, entry_point="seed_envs.openenv.client:RemoteEnv")
 
 
 def make_expert(env: gym.Env) -> Expert:
@@ -84,7 +91,8 @@ def make_expert(env: gym.Env) -> Expert:
     The expert plans from the current state, so call it after ``reset`` and at every step.
     """
     base = env.unwrapped
-    if not isinstance(base, SeedEnv):
+    # A seed env, or one that stands in for a seed env (seed_envs.openenv's RemoteEnv plays the server's).
+    if not isinstance(base, SeedEnv) and not callable(getattr(base, "make_expert", None)):
         raise TypeError(f"make_expert: {type(base).__name__} is not a seed env")
     return base.make_expert()
 

@@ -19,7 +19,7 @@ import gymnasium as gym
 
 from wrappers.action_parser import LLMActionParser, format_instructions
 from wrappers.deadline import EnvDeadline
-from wrappers.prompt import DEFAULT_HISTORY, PromptRenderer, PromptTemplate
+from wrappers.prompt import DEFAULT_HISTORY, PromptRenderer, PromptTemplate, env_agent_defaults
 
 #: The answer format of an env that declares none.
 DEFAULT_ACTION_FORMAT = "tags"
@@ -129,8 +129,10 @@ def make_agent_env(
     kwargs = dict(env_kwargs, split=split)
     if max_steps is not None:
         kwargs["max_steps"] = max_steps
-    action_format = action_format or default_action_format(env_id)
     env = with_step_budget(gym.make(env_id, **kwargs), max_steps)
+    # The built env's own answer format (as the registry's for a registered env; a stand-in such as
+    # seed/Remote-v0 carries the served env's on the instance).
+    action_format = action_format or getattr(env_agent_defaults(env), "action_format", None) or DEFAULT_ACTION_FORMAT
     if step_timeout_s or episode_timeout_s:  # (an episode limit alone bounds each call by it too)
         env = EnvDeadline(env, step_timeout_s or episode_timeout_s, episode_timeout_s)
     env = PromptRenderer(env, template=template, history=history, answer_format=format_instructions(action_format),
