@@ -1,7 +1,13 @@
-"""Env steps per second: sync vs async (subprocesses) vs Ray actors, at 1, 2, 8 and 32 envs.
+"""Env steps per second: sync vs async (subprocesses) vs Ray actors vs OpenEnv sessions, at 1, 2, 8 and 32 envs.
 
     python benchmarks/bench_vector_envs.py                       # every available text env
     python benchmarks/bench_vector_envs.py --envs seed/Sokoban-v0 --sizes 1 8 --steps 50
+    python benchmarks/bench_vector_envs.py --envs seed/WebShop-v0 seed/ALFWorld-v0 --sizes 1 8 32 \
+        --backends sync async ray openenv --steps 20 --ray-cpus 2
+
+``openenv``: one ``seed-envs serve`` process per env id (the serve extra), and ``seed/Remote-v0`` clients,
+one session each, stepped at once from threads (how a trainer that reaches envs over the network drives
+them); the server's envs run in its own process.
 
 Each configuration resets all envs, then takes ``--steps`` vector steps with a random admissible
 action per env (finished envs are reset through ``reset_mask``, autoreset disabled, as the trainer
@@ -23,7 +29,70 @@ import seed_envs  # noqa: F401
 CANDIDATES = ["seed/ALFWorld-v0", "seed/WebShop-v0", "seed/Sokoban-v0", "seed/EZPoints-v0"]
 
 
+class ThreadedRemoteVector:
+    """``n`` remote envs reset and stepped at once from threads: what the loop below needs of a vector env."""
+
+    def __init__(self, url: str, n: int):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.envs = [gym.make("seed/Remote-v0", url=url) for _ in range(n)]
+        self.pool = ThreadPoolExecutor(n)
+
+    def reset(self, seed: int | None = None, options: dict | None = None):
+        n = len(self.envs)
+        mask = (options or {}).get("reset_mask")
+        which = list(range(n)) if mask is None else [int(i) for i in np.flatnonzero(mask)]
+        results = self.pool.map(lambda i: self.envs[i].reset(seed=None if seed is None else seed + i), which)
+        adm: list = [None] * n
+        for i, (_, info) in zip(which, results):
+            adm[i] = info.get("admissible_actions")
+        return None, {"admissible_actions": adm}
+
+    def step(self, actions: list[str]):
+        results = list(self.pool.map(lambda i: self.envs[i].step(actions[i]), range(len(self.envs))))
+        return (None, None, np.array([r[2] for r in results]), np.array([r[3] for r in results]),
+                {"admissible_actions": [r[4].get("admissible_actions") for r in results]})
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+        self.pool.shutdown()
+
+
+_SERVERS: dict[str, tuple] = {}  # env id -> (process, url): one server per env, for every size
+
+
+def served_url(env_id: str) -> str:
+    import os
+    import socket
+    import subprocess
+    import sys
+    import urllib.request
+
+    if env_id not in _SERVERS:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        process = subprocess.Popen([sys.executable, "-m", "seed_agents", "serve", env_id, "--split", "test",
+                                    "--obs-mode", "text", "--port", str(port), "--max-sessions", "64"],
+                                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=2)
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the server for {env_id} did not start") from None
+                time.sleep(0.2)
+        _SERVERS[env_id] = (process, url)
+    return _SERVERS[env_id][1]
+
+
 def make_vector(backend: str, env_id: str, n: int):
+    if backend == "openenv":
+        return ThreadedRemoteVector(served_url(env_id), n)
     fns = [functools.partial(gym.make, env_id, split="test", obs_mode="text")] * n
     if backend == "sync":
         return SyncVectorEnv(fns, autoreset_mode=AutoresetMode.DISABLED)
@@ -62,7 +131,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="*", default=None, help="env ids (default: every registered candidate)")
     parser.add_argument("--sizes", nargs="*", type=int, default=[1, 2, 8, 32])
-    parser.add_argument("--backends", nargs="*", default=["sync", "async", "ray"], choices=["sync", "async", "ray"])
+    parser.add_argument("--backends", nargs="*", default=["sync", "async", "ray"], choices=["sync", "async", "ray", "openenv"])
     parser.add_argument("--steps", type=int, default=100, help="vector steps per measurement")
     parser.add_argument("--ray-cpus", type=int, default=None, help="num_cpus for the local ray.init")
     args = parser.parse_args()
@@ -78,10 +147,15 @@ def main() -> None:
             backends.remove("ray")
     print("| env | envs | " + " | ".join(f"{b} steps/s" for b in backends) + " |")
     print("|---|---:|" + "---:|" * len(backends))
-    for env_id in env_ids:
-        for n in args.sizes:
-            row = [f"{measure(b, env_id, n, args.steps):,.0f}" for b in backends]
-            print(f"| {env_id} | {n} | " + " | ".join(row) + " |", flush=True)
+    try:
+        for env_id in env_ids:
+            for n in args.sizes:
+                row = [f"{measure(b, env_id, n, args.steps):,.0f}" for b in backends]
+                print(f"| {env_id} | {n} | " + " | ".join(row) + " |", flush=True)
+    finally:
+        for process, _ in _SERVERS.values():
+            process.terminate()
+            process.wait(timeout=30)
 
 
 if __name__ == "__main__":

@@ -236,7 +236,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                          request_timeout_s=args.request_timeout, max_message_bytes=args.max_message_bytes)
     print(f"seed-envs serve: {args.env_id} on http://{args.host}:{args.port} (OpenEnv WebSocket sessions at /ws, "
           f"spec at /seed/spec; up to {limits.max_sessions} sessions)", file=sys.stderr)
-    serve(args.env_id, _make_kwargs(args), host=args.host, port=args.port, limits=limits)
+    serve(args.env_id, _make_kwargs(args), host=args.host, port=args.port, limits=limits, splits=tuple(args.splits or ()))
     return 0
 
 
@@ -348,18 +348,21 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(docs/integrations-openenv.md).")
     env_args(sp)
     from seed_agents.serve_limits import ServeLimits
+    sp.add_argument("--splits", nargs="+", default=None, metavar="SPLIT",
+                    help="the splits a session may choose (the first is the default); default: --split alone")
     sp.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
-    sp.add_argument("--port", type=int, default=8000)
+    sp.add_argument("--port", type=int, default=8000, help="(default: %(default)s)")
     sp.add_argument("--max-sessions", dest="max_sessions", type=int, default=ServeLimits.max_sessions,
-                    help="sessions (so envs) at once; more are refused with CAPACITY_REACHED")
+                    help="sessions (so envs) at once; more are refused with CAPACITY_REACHED (default: %(default)s)")
     sp.add_argument("--idle-timeout", dest="idle_timeout", type=float, default=ServeLimits.idle_timeout_s,
-                    help="seconds a session may stay silent before it is closed")
+                    help="seconds a session may stay silent before it is closed (default: %(default)s)")
     sp.add_argument("--request-timeout", dest="request_timeout", type=float,
                     default=ServeLimits.request_timeout_s,
-                    help="seconds one env call (make, reset, step) may take; past it the session's env is abandoned")
+                    help="seconds one env call (make, reset, step) may take; past it the session's env is abandoned "
+                         "(default: %(default)s)")
     sp.add_argument("--max-message-bytes", dest="max_message_bytes", type=int,
                     default=ServeLimits.max_message_bytes,
-                    help="largest WebSocket message taken; a larger one closes the connection (1009)")
+                    help="largest WebSocket message taken; a larger one closes the connection (1009) (default: %(default)s)")
     sp.set_defaults(fn=cmd_serve)
     sp = sub.add_parser("make-alfworld", help="generate ALFWorld games (planner-checked) in alfworld's data layout")
     sp.add_argument("--n", type=int, required=True, help="games per split")

@@ -5,12 +5,15 @@
     seed-envs serve seed/ALFWorld-v0 --split unseen --port 8000     # binds 127.0.0.1
 
 The env and its ``gym.make`` arguments are fixed when the server starts (a client cannot choose a data
-folder or another env); a bad argument fails there, naming it. Each WebSocket session (``/ws``) gets an
-env of its own, made on its first ``reset``; messages follow OpenEnv's protocol:
+folder or another env); a bad argument fails there, naming it. The split is the one argument a session
+chooses, among those the server was started with (``--splits train test unseen``; default: ``--split``
+alone), so one server serves a trainer's training and evaluation panels. Each WebSocket session
+(``/ws``) gets an env of its own, made on its first ``reset``; messages follow OpenEnv's protocol:
 
-- ``reset``: ``seed`` (int), ``task_id`` (a task of the served split), ``expert`` (true: every
-  observation's ``info["expert_action"]`` holds the env's expert move, for Stage 1 demonstrations);
-  ``episode_id`` is kept in the state. Unknown keys are refused, naming them.
+- ``reset``: ``seed`` (int), ``task_id`` (a task of the split), ``split`` (one of the served splits;
+  default: the first), ``expert`` (true: every observation's ``info["expert_action"]`` holds the env's
+  expert move, for Stage 1 demonstrations); ``episode_id`` is kept in the state. Unknown keys are
+  refused, naming them.
 - ``step``: ``{"text": action}``; an action the env cannot parse is an ordinary step with
   ``info["invalid_action"] = true``, as in process.
 - ``state``: env id, task id, episode id, step count.
@@ -51,7 +54,7 @@ from wrappers.deadline import EnvDeadline, call_with_deadline
 from wrappers.trajectory import json_safe
 
 #: What a ``reset`` message may carry besides openenv's own ``seed`` and ``episode_id``.
-RESET_KEYS = ("task_id", "expert")
+RESET_KEYS = ("task_id", "split", "expert")
 
 
 class ServedEnvError(RuntimeError):
@@ -72,10 +75,16 @@ class SeedEnvironment(Environment):
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # an env per session; envs share only read-only data (or lock it)
 
-    def __init__(self, env_id: str, make_kwargs: dict[str, Any], request_timeout_s: float):
+    def __init__(self, env_id: str, make_kwargs: dict[str, Any], request_timeout_s: float,
+                 splits: dict[str, str] | None = None):
         super().__init__()
         self.env_id, self.make_kwargs, self.request_timeout_s = env_id, dict(make_kwargs), request_timeout_s
+        #: Each split name a session may ask for (the env's own names and the names given at start) ->
+        #: the env's own name; the first is the default.
+        default = self.make_kwargs.get("split", "train")
+        self.splits = dict(splits or {default: default})
         self._env: EnvDeadline | None = None
+        self._split: str | None = None
         self._expert: Callable[[dict, dict], str] | None = None
         self._state = SeedState(env_id=env_id)
 
@@ -95,11 +104,14 @@ class SeedEnvironment(Environment):
                                reward=reward if math.isfinite(reward) else None, done=bool(terminated or truncated),
                                terminated=bool(terminated), truncated=bool(truncated), info=json_safe(info))
 
-    def _reset_sync(self, seed: Optional[int], task_id: Optional[str], expert: bool) -> SeedObservation:
+    def _reset_sync(self, seed: Optional[int], task_id: Optional[str], split: str, expert: bool) -> SeedObservation:
+        if self._env is not None and split != self._split:  # the session moves to another served split
+            self.close()
         if self._env is None:
-            made = call_with_deadline(lambda: gym.make(self.env_id, **self.make_kwargs), self.request_timeout_s,
+            kwargs = {**self.make_kwargs, "split": split}
+            made = call_with_deadline(lambda: gym.make(self.env_id, **kwargs), self.request_timeout_s,
                                       name="seed-served-env-make")
-            self._env = EnvDeadline(made, step_timeout_s=self.request_timeout_s)
+            self._env, self._split = EnvDeadline(made, step_timeout_s=self.request_timeout_s), split
         obs, info = self._env.reset(seed=seed, options=None if task_id is None else {"task_id": task_id})
         self._expert = None
         if expert:
@@ -122,8 +134,13 @@ class SeedEnvironment(Environment):
                                  f"seed, episode_id, {', '.join(RESET_KEYS)}")
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
             raise ServedEnvError(f"ValueError: reset: seed must be an int or null, got {type(seed).__name__}")
+        asked = options.get("split")
+        if asked is not None and asked not in self.splits:
+            raise ServedEnvError(f"ValueError: split: this server serves {sorted(set(self.splits.values()))}, "
+                                 f"not {asked!r}")
+        split = self.splits[asked] if asked is not None else next(iter(self.splits.values()))
         task_id, expert = options.get("task_id"), bool(options.get("expert", False))
-        observation = await self._call(lambda: self._reset_sync(seed, task_id, expert))
+        observation = await self._call(lambda: self._reset_sync(seed, task_id, split, expert))
         self._state = SeedState(env_id=self.env_id, episode_id=episode_id, step_count=0,
                                 task_id=observation.info.get("task_id"))
         return observation
@@ -159,9 +176,20 @@ class SeedEnvironment(Environment):
             env.close()  # (an abandoned env is left alone: EnvDeadline.close)
 
 
-def env_spec(env_id: str, make_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``GET /seed/spec``: what a client needs to stand in for the env. Makes one env (the check that the
-    arguments are good, at start) and reads its effective arguments, image shape, agent defaults and panel."""
+def env_spec(env_id: str, make_kwargs: dict[str, Any], splits: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``GET /seed/spec``: what a client needs to stand in for the env. Makes one env per served split (the
+    check that the arguments are good, at start) and reads its effective arguments (``split``: the default
+    one), image shape, agent defaults and each split's task panel."""
+    splits = tuple(dict.fromkeys(splits)) or (make_kwargs.get("split", "train"),)
+    specs = [_split_spec(env_id, {**make_kwargs, "split": split}) for split in splits]
+    # Names as the env resolves them (an alias such as ALFWorld's valid_unseen is its split's own name).
+    resolved = {given: spec["make_kwargs"].get("split", given) for given, spec in zip(splits, specs)}
+    panels = {resolved[given]: spec.pop("task_ids") for given, spec in zip(splits, specs)}
+    return {**specs[0], "splits": list(dict.fromkeys(resolved.values())), "split_names": resolved,
+            "task_ids": panels, "served_kwargs": json_safe({k: v for k, v in make_kwargs.items() if k != "split"})}
+
+
+def _split_spec(env_id: str, make_kwargs: dict[str, Any]) -> dict[str, Any]:
     import dataclasses
 
     env = gym.make(env_id, **make_kwargs)
@@ -207,9 +235,11 @@ class _ClosedByClient:
                 raise
 
 
-def make_app(env_id: str, make_kwargs: dict[str, Any] | None = None, limits: ServeLimits = ServeLimits()):
+def make_app(env_id: str, make_kwargs: dict[str, Any] | None = None, limits: ServeLimits = ServeLimits(),
+             splits: tuple[str, ...] = ()):
     """The FastAPI app serving ``env_id`` (OpenEnv's WebSocket session routes, ``/health``, ``/schema``,
-    ``/metadata``, and ``/seed/spec``). Raises ValueError for a bad env argument before serving anything."""
+    ``/metadata``, and ``/seed/spec``) on ``splits`` (default: ``make_kwargs["split"]`` alone). Raises
+    ValueError for a bad env argument before serving anything."""
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
     from openenv.core.env_server.http_server import HTTPEnvServer
@@ -218,11 +248,12 @@ def make_app(env_id: str, make_kwargs: dict[str, Any] | None = None, limits: Ser
     import seed_envs  # noqa: F401  (registers the ids)
 
     make_kwargs = dict(make_kwargs or {})
-    spec = env_spec(env_id, make_kwargs)
+    spec = env_spec(env_id, make_kwargs, tuple(splits))
+    served_splits = {**{name: name for name in spec["splits"]}, **spec["split_names"]}
     spec_body = json.dumps(spec)
     app = FastAPI(title=f"seed-gym {env_id} (OpenEnv)")
     app.add_middleware(_ClosedByClient)
-    server = HTTPEnvServer(lambda: SeedEnvironment(env_id, make_kwargs, limits.request_timeout_s),
+    server = HTTPEnvServer(lambda: SeedEnvironment(env_id, make_kwargs, limits.request_timeout_s, served_splits),
                            SeedAction, SeedObservation,
                            concurrency_config=ConcurrencyConfig(max_concurrent_envs=limits.max_sessions,
                                                                 session_timeout=limits.idle_timeout_s))
@@ -246,11 +277,11 @@ def make_app(env_id: str, make_kwargs: dict[str, Any] | None = None, limits: Ser
 
 
 def serve(env_id: str, make_kwargs: dict[str, Any] | None = None, *, host: str = "127.0.0.1", port: int = 8000,
-          limits: ServeLimits = ServeLimits()) -> None:
+          limits: ServeLimits = ServeLimits(), splits: tuple[str, ...] = ()) -> None:
     """Serve until interrupted (``seed-envs serve``)."""
     import uvicorn
 
-    app = make_app(env_id, make_kwargs, limits)
+    app = make_app(env_id, make_kwargs, limits, splits)
     uvicorn.run(app, host=host, port=port, ws_max_size=limits.max_message_bytes, log_level="warning")
 
 
@@ -258,10 +289,10 @@ class BackgroundServe:
     """The server in a thread of this process (tests, notebooks): ``with BackgroundServe(env_id) as url: ...``."""
 
     def __init__(self, env_id: str, make_kwargs: dict[str, Any] | None = None, *, host: str = "127.0.0.1",
-                 port: int = 0, limits: ServeLimits = ServeLimits()):
+                 port: int = 0, limits: ServeLimits = ServeLimits(), splits: tuple[str, ...] = ()):
         import uvicorn
 
-        self.app = make_app(env_id, make_kwargs, limits)
+        self.app = make_app(env_id, make_kwargs, limits, splits)
         self._server = uvicorn.Server(uvicorn.Config(self.app, host=host, port=port, log_level="warning",
                                                      ws_max_size=limits.max_message_bytes))
         self._thread = threading.Thread(target=self._server.run, name="seed-envs-openenv", daemon=True)

@@ -82,7 +82,7 @@ def register_envs() -> None:
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=entry_point)
     if REMOTE_ENV_ID not in gym.registry:
-        gym.register(id=REMOTE_ENV_ID, entry_point="seed_envs.openenv.client:RemoteEnv")
+        gym.register(id=REMOTE_ENV_ID, entry_point="seed_envs.openenv.client:make_remote")
 
 
 def make_expert(env: gym.Env) -> Expert:

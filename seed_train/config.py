@@ -38,6 +38,7 @@ import argparse
 import json
 import math
 import numbers
+import re
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
@@ -226,6 +227,10 @@ class SeedConfig:
                                              "failure (0: no limit)")
     env_backend: str = _f("sync", "where envs step: sync (this process), async (gymnasium AsyncVectorEnv "
                                   "subprocesses) or ray (Ray actors; extra 'ray')")
+    env_urls: list = _f([], "OpenEnv servers serving env_id (seed-envs serve ENV --splits ...; "
+                            "docs/integrations-openenv.md): every env of the run is then a seed/Remote-v0 session on "
+                            "one of them, by env slot in turn; each must serve the run's splits, max_steps and "
+                            "env_kwargs (checked at start)")
     generation_backend: str = _f("hf", "rollout generation: hf (transformers generate) or vllm (extra 'vllm', GPU)")
     temperature: float = _f(1.0, "sampling temperature for rollouts")
     top_p: float = _f(1.0, "nucleus sampling for rollouts")
@@ -358,6 +363,9 @@ class SeedConfig:
         need(self.freeze_vision or not self.lora, "freeze_vision",
              "a trained vision tower needs full fine-tuning (--no-lora): LoRA adapts the language part only")
         need(self.env_backend in ENV_BACKENDS, "env_backend", f"must be one of {ENV_BACKENDS}")
+        need(isinstance(self.env_urls, list) and all(isinstance(u, str) and re.match(r"^(https?|wss?)://\S+$", u)
+                                                      for u in self.env_urls),
+             "env_urls", "must be a list of server URLs (http://host:port)")
         need(self.generation_backend in GENERATION_BACKENDS, "generation_backend",
              f"must be one of {GENERATION_BACKENDS}")
         need(self.generation_backend != "vllm" or self.device.startswith("cuda"), "generation_backend",

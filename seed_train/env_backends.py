@@ -144,7 +144,7 @@ def make_slot(spec: EnvSpec, index: int) -> gym.Env:
     """The env of slot ``index`` (module level, so subprocesses and Ray actors can rebuild it)."""
     import seed_envs  # noqa: F401  (a fresh process has not registered the ids yet)
 
-    build = functools.partial(spec.make, None, trajectory_in_info=True)
+    build = functools.partial(spec.make, None, trajectory_in_info=True, index=index)
     return RolloutSlot(build(), index, rebuild=build)
 
 

@@ -71,7 +71,8 @@ DEFAULT_SPLITS = ("unseen", "test")
 MANAGED_FIELDS = ("seed", "output_dir", "eval_before", "eval_after", "eval_after_stage1", "save_final", "resume",
                   "stage1_from")
 # Fields that may change between a run and its rerun: they do not change what a unit computes.
-OPERATIONAL_FIELDS = ("threads", "checkpoint_every", "env_backend", "env_step_timeout_s", "env_episode_timeout_s")
+OPERATIONAL_FIELDS = ("threads", "checkpoint_every", "env_backend", "env_urls", "env_step_timeout_s",
+                      "env_episode_timeout_s")
 # Metrics drawn per arm over iterations when a run logs them (others' diagnostics included as they appear).
 CURVE_KEYS = ("success", "skill_valid_rate", "opd_grad_share", "gate_adv_cov", "gate_adv_cov_context",
               "gate_adv_cov_pooled")

@@ -41,10 +41,15 @@ def check_run_setup(cfg: SeedConfig) -> None:
             continue
         checked.add(split)
         spec = env_spec(cfg, split)
-        kwargs = dict(spec.env_kwargs, split=split)  # as rollout.EnvSpec.make builds the run's envs
-        if spec.max_steps is not None:
-            kwargs["max_steps"] = spec.max_steps
-        obs_mode = check_env(spec.env_id, kwargs, {**TRAIN_NAMES, "split": f"config field '{field_name}'"})
+        names = {**TRAIN_NAMES, "split": f"config field '{field_name}'"}
+        if spec.remote_urls:  # each server must serve the run's env, split and arguments
+            names = {**names, "split": "config field 'env_urls'", "env_kwargs": "config field 'env_urls'"}
+        for index in range(max(1, len(spec.remote_urls))):
+            env_id, kwargs = spec.gym_args(index)
+            kwargs["split"] = split  # as rollout.EnvSpec.make builds the run's envs
+            if spec.max_steps is not None:
+                kwargs["max_steps"] = spec.max_steps
+            obs_mode = check_env(env_id, kwargs, names)
         check_model_sees(cfg.model, spec.env_id, obs_mode, TRAIN_NAMES["env_kwargs"])
     check_output_dir(cfg.output_dir, TRAIN_NAMES["output_dir"])
 

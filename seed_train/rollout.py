@@ -47,11 +47,24 @@ class EnvSpec:
     prompt_fits: Callable[[str], bool] | None = None  # the model's prompt budget (codec.PromptTokenBudget)
     step_timeout_s: float = 0.0  # wall-clock limits on the env's own calls (wrappers.deadline; 0: none)
     episode_timeout_s: float = 0.0
+    # OpenEnv servers serving env_id (seed-envs serve): envs are then seed/Remote-v0 sessions on them.
+    remote_urls: tuple[str, ...] = ()
 
-    def make(self, sink, *, trajectory_in_info: bool = False) -> gym.Env:
-        env = make_agent_env(self.env_id, split=self.split, template=self.template, history=self.history,
+    def gym_args(self, index: int = 0) -> tuple[str, dict]:
+        """The id and ``gym.make`` arguments (split and max_steps aside) of env ``index``: ``env_id`` itself,
+        or a session on server ``index`` mod the number of servers, which must serve the same env with
+        the same arguments (the remote env checks; its expert plays the server's, for Stage 1)."""
+        if not self.remote_urls:
+            return self.env_id, dict(self.env_kwargs)
+        url = self.remote_urls[index % len(self.remote_urls)]
+        return seed_envs.REMOTE_ENV_ID, {"url": url, "env_id": self.env_id, "expert": True,
+                                         "env_kwargs": dict(self.env_kwargs)}
+
+    def make(self, sink, *, trajectory_in_info: bool = False, index: int = 0) -> gym.Env:
+        env_id, env_kwargs = self.gym_args(index)
+        env = make_agent_env(env_id, split=self.split, template=self.template, history=self.history,
                              max_steps=self.max_steps, action_format=self.action_format,
-                             format_penalty=self.format_penalty, env_kwargs=self.env_kwargs,
+                             format_penalty=self.format_penalty, env_kwargs=env_kwargs,
                              prompt_fits=self.prompt_fits, step_timeout_s=self.step_timeout_s,
                              episode_timeout_s=self.episode_timeout_s)
         return TrajectoryRecorder(env, sink=sink, env_id=self.env_id, trajectory_in_info=trajectory_in_info)

@@ -85,7 +85,8 @@ def env_spec(cfg: SeedConfig, split: str) -> EnvSpec:
                    history=cfg.env_default("history"), action_format=cfg.env_default("action_format"),
                    format_penalty=cfg.format_penalty, max_steps=cfg.env_default("max_steps"),
                    env_kwargs={"reward_mode": cfg.reward_mode, **cfg.env_kwargs},
-                   step_timeout_s=cfg.env_step_timeout_s, episode_timeout_s=cfg.env_episode_timeout_s)
+                   step_timeout_s=cfg.env_step_timeout_s, episode_timeout_s=cfg.env_episode_timeout_s,
+                   remote_urls=tuple(cfg.env_urls))
 
 
 # ------------------------------------------------------------------------------------ update

@@ -112,10 +112,12 @@ def test_the_contract_checker_passes_on_a_remote_env():
 
 def test_remote_env_arguments_must_match_the_server_and_a_missing_server_is_named():
     with BackgroundServe("seed/EZPoints-v0", {"split": "test"}) as url:
-        for bad, name in ([{"env_id": "seed/Sokoban-v0"}, "env_id"], [{"split": "train"}, "split"],
-                          [{"max_steps": 3}, "max_steps"]):
+        for bad, name in ([{"env_id": "seed/Sokoban-v0"}, "env_id"], [{"max_steps": 3}, "max_steps"],
+                          [{"reward_mode": "success"}, "reward_mode"]):
             with pytest.raises(ValueError, match=f"^{name}: the server at .* serves {name}="):
                 gym.make("seed/Remote-v0", url=url, **bad)
+        with pytest.raises(ValueError, match=r"^split: the server at .* serves the splits \['test'\], not 'train'"):
+            gym.make("seed/Remote-v0", url=url, split="train")
         spec = json.loads(urllib.request.urlopen(f"{url}/seed/spec").read())
         assert spec["make_kwargs"] == {"split": "test", "obs_mode": "text", "max_steps": 8, "reward_mode": "env"}
         assert spec["max_action_chars"] == MAX_ACTION_CHARS and url.startswith("http://127.0.0.1:")
@@ -338,3 +340,66 @@ def test_the_agent_stack_over_a_remote_env_gives_the_same_prompts_and_steps():
             assert (r[4]["format_error"], r[4]["action"]) == (l[4]["format_error"], l[4]["action"])
         remote.close()
         local.close()
+
+
+def test_a_server_serves_several_splits_each_session_picks_one():
+    with BackgroundServe("seed/EZPoints-v0", {"split": "train"}, splits=("train", "test", "unseen")) as url:
+        spec = json.loads(urllib.request.urlopen(f"{url}/seed/spec").read())
+        assert spec["splits"] == ["train", "test", "unseen"] and spec["make_kwargs"]["split"] == "train"
+        for split in ("unseen", "test", None):
+            remote = gym.make("seed/Remote-v0", url=url, split=split, expert=True)
+            local = gym.make("seed/EZPoints-v0", split=split or "train")
+            assert remote.unwrapped.split == local.unwrapped.split
+            assert remote.unwrapped.task_ids() == local.unwrapped.task_ids()
+            assert trace(remote, 5) == trace(local, 5)
+            remote.close()
+        with pytest.raises(ValueError, match=r"^split: the server at .* serves the splits \['test', 'train', 'unseen'\]"):
+            gym.make("seed/Remote-v0", url=url, split="warmup")
+        from websockets.sync.client import connect
+
+        with connect(url.replace("http://", "ws://") + "/ws") as ws:
+            ws.send(json.dumps({"type": "reset", "data": {"split": "warmup"}}))
+            assert "split: this server serves" in json.loads(ws.recv(timeout=30))["data"]["message"]
+
+
+def test_the_trainer_runs_against_served_envs_as_in_process(tmp_path):
+    """seed-train with env_urls (two servers, envs spread over them): Stage 1 demonstrations (the servers'
+    expert), rollouts, skills and evaluations equal the same run's in process, episode for episode."""
+    import toy_env  # noqa: F401  (registers test/Echo-v0)
+    import torch
+
+    from seed_train import trainer
+    from seed_train.config import SeedConfig, SetupError
+    from seed_train.tiny import cached_tiny_model
+    from wrappers import read_trajectories
+
+    base = dict(env_id="test/Echo-v0", model=str(cached_tiny_model(seed=0)), lora=True, template="compact",
+                history=0, action_format="plain", max_new_tokens=4, skill_max_new_tokens=8, analyzer_retries=0,
+                stage1_demos=4, stage1_epochs=1, iterations=1, tasks_per_iteration=2, group_size=2, kl_coef=0.0,
+                eval_limit=4, checkpoint_every=0, save_final=False, eval_before=False)
+    local_cfg = SeedConfig(**base, output_dir=str(tmp_path / "local"))
+    spec = trainer.env_spec(local_cfg, "train")
+    served = {"reward_mode": local_cfg.reward_mode, **({"max_steps": spec.max_steps} if spec.max_steps else {})}
+    splits = ("train", local_cfg.eval_split)
+
+    def episodes(run: str) -> list:
+        return [(t.task_id, t.success, t.return_, [(s.action, s.reward) for s in t.steps], t.meta.get("skill"))
+                for t in read_trajectories(tmp_path / run / "trajectories.jsonl")]
+
+    with torch.random.fork_rng(devices=[]):
+        local = trainer.train(local_cfg, say=lambda _: None)
+    with BackgroundServe("test/Echo-v0", served, splits=splits) as url_a, \
+            BackgroundServe("test/Echo-v0", served, splits=splits) as url_b:
+        remote_cfg = SeedConfig(**base, output_dir=str(tmp_path / "remote"), env_urls=[url_a, url_b])
+        with torch.random.fork_rng(devices=[]):
+            remote = trainer.train(remote_cfg, say=lambda _: None)
+        # A server that does not serve a split the run needs is refused at start, naming the field.
+        with BackgroundServe("test/Echo-v0", served, splits=("train",)) as url_c:
+            from seed_train.preflight import check_run_setup
+
+            with pytest.raises(SetupError, match="env_urls.*split"):
+                check_run_setup(SeedConfig(**base, output_dir=str(tmp_path / "c"), env_urls=[url_a, url_c]))
+    assert remote["after"]["categories"] == local["after"]["categories"]
+    assert remote["after_stage1"]["categories"] == local["after_stage1"]["categories"]
+    assert remote["stage1"] == local["stage1"]
+    assert episodes("remote") == episodes("local") and episodes("local")

@@ -80,9 +80,11 @@ class RemoteEnv(gym.Env[dict, str]):
     ```
 
     * ``url``: the server's root URL.
-    * ``env_id``, ``split``, ``obs_mode``, ``max_steps``, ``reward_mode``: optional; each given must equal
-      what the server serves (a ValueError names the first that differs), so a client never plays
-      another env than it asked for. The server fixes them when it starts.
+    * ``env_id``, ``obs_mode``, ``max_steps``, ``reward_mode``: optional; each given must equal what the
+      server serves (a ValueError names the first that differs), so a client never plays another env
+      than it asked for. The server fixes them when it starts.
+    * ``split``: one of the splits the server serves (``seed-envs serve ... --splits``); default: its first.
+    * ``env_kwargs``: further ``gym.make`` arguments the client expects; each must equal the server's.
     * ``expert``: ask the server for the expert's move at every step (Stage 1 demonstrations).
     * ``connect_timeout_s``, ``message_timeout_s``: seconds to connect, and to wait for each answer.
 
@@ -97,6 +99,7 @@ class RemoteEnv(gym.Env[dict, str]):
 
     def __init__(self, url: str, *, env_id: str | None = None, split: str | None = None, obs_mode: str | None = None,
                  max_steps: int | None = None, reward_mode: str | None = None, expert: bool = False,
+                 env_kwargs: dict[str, Any] | None = None,
                  connect_timeout_s: float = 10.0, message_timeout_s: float = 300.0, render_mode: str | None = None):
         if not isinstance(url, str) or not re.match(r"^(https?|wss?)://", url):
             raise ValueError(f"url: expected http(s):// or ws(s)://..., got {url!r}")
@@ -106,12 +109,30 @@ class RemoteEnv(gym.Env[dict, str]):
         self.connect_timeout_s, self.message_timeout_s = float(connect_timeout_s), float(message_timeout_s)
         spec = fetch_spec(self.url, self.connect_timeout_s)
         served = {"env_id": spec["env_id"], **spec.get("make_kwargs", {})}
+        env_kwargs = dict(env_kwargs or {})
         given = {"env_id": env_id, "split": split, "obs_mode": obs_mode, "max_steps": max_steps,
                  "reward_mode": reward_mode}
+        for name in EXPECTED_ARGS:  # (one given in env_kwargs is checked as if given by name)
+            if name in env_kwargs and given.get(name) is None:
+                given[name] = env_kwargs.pop(name)
+        split = given["split"]
+        # The split is a session's choice among those the server serves; the other arguments are fixed.
+        split_names = {**{name: name for name in spec.get("splits", [served.get("split")])},
+                       **spec.get("split_names", {})}
+        if split is not None:
+            if split not in split_names:
+                raise ValueError(f"split: the server at {self.url} serves the splits {sorted(set(split_names.values()))}, "
+                                 f"not {split!r} (`seed-envs serve ... --splits` sets them)")
+            served["split"] = given["split"] = split_names[split]
         for name in EXPECTED_ARGS:
             if given[name] is not None and given[name] != served.get(name):
                 raise ValueError(f"{name}: the server at {self.url} serves {name}={served.get(name)!r}, not "
                                  f"{given[name]!r} (a server's env is fixed when it starts: `seed-envs serve`)")
+        fixed = spec.get("served_kwargs", {})
+        for name, value in env_kwargs.items():
+            if fixed.get(name) != value:
+                raise ValueError(f"env_kwargs: the server at {self.url} serves {name}={fixed.get(name)!r}, not "
+                                 f"{value!r} (`seed-envs serve ... --kwargs` sets them)")
         if expert and not spec.get("has_expert"):
             raise ValueError(f"expert: {spec['env_id']} has no expert")
         self.served_env_id: str = spec["env_id"]
@@ -127,7 +148,9 @@ class RemoteEnv(gym.Env[dict, str]):
         self.action_space = TextSpace()
         #: The served env's agent defaults (instance data: wrappers read them from ``env.unwrapped``).
         self.agent_defaults = defaults_from_spec(spec.get("agent_defaults"))
-        self._task_ids = tuple(spec["task_ids"]) if spec.get("task_ids") is not None else None
+        panels = spec.get("task_ids")
+        panel = panels.get(self.split) if isinstance(panels, dict) else panels
+        self._task_ids = tuple(panel) if panel is not None else None
         self._client: Any = None
         self._text = ""
         self._needs_reset = True
@@ -193,7 +216,7 @@ class RemoteEnv(gym.Env[dict, str]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         options = check_reset_options(options)
-        message: dict[str, Any] = {"seed": seed, "expert": self.expert}
+        message: dict[str, Any] = {"seed": seed, "expert": self.expert, "split": self.split}
         if options.get("task_id") is not None:
             message["task_id"] = options["task_id"]
         obs, _, _, _, info = self._unpack(self._send("reset", lambda c: c.reset(**message)))
@@ -236,3 +259,10 @@ class RemoteEnv(gym.Env[dict, str]):
     def close(self) -> None:
         self._drop_session()
         super().close()
+
+
+def make_remote(**kwargs: Any) -> gym.Env:
+    """The entry point of ``seed/Remote-v0``: a :class:`RemoteEnv` inside gymnasium's ``TimeLimit`` at the served
+    env's ``max_steps``, so the step budget is visible on this side too (the server truncates at the same step)."""
+    env = RemoteEnv(**kwargs)
+    return gym.wrappers.TimeLimit(env, max_episode_steps=env.max_steps) if env.max_steps else env
