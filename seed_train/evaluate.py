@@ -224,7 +224,7 @@ def episode_outcomes(trajectories: Sequence[Trajectory]) -> dict[str, bool]:
     count such episodes apart (``env_failures``, ``errors``)."""
     several = any(t.meta.get("sample", 0) for t in trajectories)
     return {(f"{t.task_id}#s{t.meta.get('sample', 0)}" if several else t.task_id): bool(t.success)
-            for t in trajectories if not (t.meta.get("env_failed") or t.meta.get("error"))}
+            for t in trajectories if has_outcome(t)}
 
 
 def with_prompt_budget(spec: EnvSpec, codec: Any, max_prompt_tokens: int) -> EnvSpec:
@@ -235,17 +235,27 @@ def with_prompt_budget(spec: EnvSpec, codec: Any, max_prompt_tokens: int) -> Env
     return dataclasses.replace(spec, prompt_fits=PromptTokenBudget(codec, max_prompt_tokens)) if max_prompt_tokens else spec
 
 
+def has_outcome(t: Trajectory) -> bool:
+    """Whether an episode says something of the policy: not ended by its env's or endpoint's failure."""
+    return not (t.meta.get("env_failed") or t.meta.get("error"))
+
+
 def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
-    """Per category and overall: episodes, successes, success rate with Wilson 95% CI, score, length."""
+    """Per category and overall: episodes, successes, success rate with Wilson 95% CI, score, length.
+
+    Rates (success, score, length) are over the episodes with an outcome (:func:`has_outcome`): an env that
+    failed is counted apart (``env_failures``, ``errors``), never as the policy's failure, so per-seed rates
+    and the seed-level comparisons built on them leave faults out, as the paired tests do."""
     groups: dict[str, list[Trajectory]] = defaultdict(list)
     for t in trajectories:
         groups[t.category].append(t)
     rows = {}
-    for name, ts in [*sorted(groups.items()), ("all", list(trajectories))]:
+    for name, played in [*sorted(groups.items()), ("all", list(trajectories))]:
+        ts = [t for t in played if has_outcome(t)]
         wins = sum(t.success for t in ts)
         lo, hi = wilson_interval(wins, len(ts))
         rows[name] = {
-            "episodes": len(ts),
+            "episodes": len(played),
             "successes": wins,
             "success": wins / len(ts) if ts else 0.0,
             "ci95": [lo, hi],
@@ -253,7 +263,8 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
             "length": float(np.mean([t.length for t in ts])) if ts else 0.0,
             "format_error_rate": _format_error_rate(ts),
             "prompt_overflows": sum(t.meta.get("ended_by") == "prompt_overflow" for t in ts),
-            "env_failures": sum(bool(t.meta.get("env_failed")) for t in ts),  # the env's fault, not the task's
+            "env_failures": sum(bool(t.meta.get("env_failed")) for t in played),  # the env's fault, not the task's
+            "errors": sum(bool(t.meta.get("error")) and not t.meta.get("env_failed") for t in played),
         }
     return {"categories": rows}
 

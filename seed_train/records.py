@@ -8,7 +8,8 @@ keeps what the conclusions rest on:
 - a ``session`` line per time units were added: the date, the command lines, the versions;
 - a ``unit`` line per finished unit (seed x before / Stage 1 / arm): per split, every evaluation episode
   as ``[key, category, success, score, length, steps, format_errors]`` (``key`` pairs episodes across
-  policies: the task id, ``#sJ`` for sample J); for trained units the per-iteration metrics and every
+  policies: the task id, ``#sJ`` for sample J), and a final ``1`` for an episode without an outcome (its
+  env or endpoint failed: left out of every rate and test); for trained units the per-iteration metrics and every
   skill the run wrote (``skill_texts``, each distinct text once, and per episode ``[iteration, task_id,
   category, success, index into skill_texts or null]``; :func:`unit_skills` expands them).
 
@@ -45,7 +46,7 @@ from seed_train.experiment import read_json_file  # (experiment imports this mod
 
 RECORD_KIND = "seed-gym experiment record"
 VERSION = 2
-EPISODE_FIELDS = ("key", "category", "success", "score", "length", "steps", "format_errors")
+EPISODE_FIELDS = ("key", "category", "success", "score", "length", "steps", "format_errors", "no_outcome")
 
 
 def _round(value: Any, digits: int = 5) -> Any:
@@ -61,10 +62,21 @@ def _round(value: Any, digits: int = 5) -> Any:
 
 def episode_rows(trajectories: Sequence[Any]) -> list[list[Any]]:
     """The record's rows of an evaluation's trajectories (keys as :func:`seed_train.evaluate.episode_outcomes`)."""
+    from seed_train.evaluate import has_outcome
+
     several = any(t.meta.get("sample", 0) for t in trajectories)
-    return [[f"{t.task_id}#s{t.meta.get('sample', 0)}" if several else t.task_id, t.category, int(bool(t.success)),
+    rows = [[f"{t.task_id}#s{t.meta.get('sample', 0)}" if several else t.task_id, t.category, int(bool(t.success)),
              _round(float(t.score)), int(t.length), len(t.steps), sum(bool(s.format_error) for s in t.steps)]
             for t in trajectories]
+    for row, t in zip(rows, trajectories):
+        if not has_outcome(t):  # (written only then: the rows of every fault-free evaluation keep their bytes)
+            row.append(1)
+    return rows
+
+
+def with_outcome(rows: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
+    """The rows of episodes with an outcome (no trailing ``no_outcome`` flag)."""
+    return [r for r in rows if len(r) < 8 or not r[7]]
 
 
 def summary_of_rows(rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
@@ -75,10 +87,11 @@ def summary_of_rows(rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
     for row in rows:
         groups[row[1]].append(row)
     out = {}
-    for name, rs in [*sorted(groups.items()), ("all", list(rows))]:
+    for name, played in [*sorted(groups.items()), ("all", list(rows))]:
+        rs = with_outcome(played)  # rates over the episodes with an outcome
         wins = sum(r[2] for r in rs)
         steps = sum(r[5] for r in rs)
-        out[name] = {"episodes": len(rs), "successes": wins, "success": wins / len(rs) if rs else 0.0,
+        out[name] = {"episodes": len(played), "successes": wins, "success": wins / len(rs) if rs else 0.0,
                      "ci95": list(wilson_interval(wins, len(rs))),
                      "score": sum(r[3] for r in rs) / len(rs) if rs else 0.0,
                      "length": sum(r[4] for r in rs) / len(rs) if rs else 0.0,
@@ -104,7 +117,8 @@ class Record:
 
     def results(self) -> dict[tuple[str, int, str | None], dict[str, Any]]:
         """Each unit as the experiment's results.json has it (``evals``: per split, summary and outcomes)."""
-        return {key: {"evals": {split: {"summary": summary_of_rows(rows), "tasks": {r[0]: bool(r[2]) for r in rows}}
+        return {key: {"evals": {split: {"summary": summary_of_rows(rows),
+                                        "tasks": {r[0]: bool(r[2]) for r in with_outcome(rows)}}
                                 for split, rows in unit["evals"].items()}}
                 for key, unit in self.units.items()}
 

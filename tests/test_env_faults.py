@@ -296,3 +296,28 @@ def test_an_async_env_worker_that_dies_ends_the_batchs_open_episodes_and_the_poo
         assert [[s.response for s in t.steps] for t in third] == [[s.response for s in t.steps] for t in again]
     finally:
         pool.close()
+
+
+def test_rates_and_records_leave_env_failures_out_as_the_paired_tests_do():
+    """A seed's success rate (what the seed-level comparisons use) is over the episodes with an outcome: an
+    env failure is counted apart, not as the policy's failure; the record keeps the flag and gives the same."""
+    from seed_train.evaluate import episode_outcomes
+    from seed_train.records import Record, episode_rows, summary_of_rows
+    from wrappers import Trajectory
+
+    def episode(i: int, success: bool, **meta) -> Trajectory:
+        t = Trajectory(episode_id=f"e{i}", env_id="test/Echo-v0", task_id=f"echo/test/{i:02d}", task="say it",
+                       category="echo", split="test", meta=meta)
+        return t.finish(success=success, score=float(success))
+
+    played = [episode(0, True), episode(1, False), episode(2, True), episode(3, False, env_failed=True),
+              episode(4, False, error="endpoint failed after 3 attempts")]
+    summary = summarize(played)["categories"]["all"]
+    assert summary["episodes"] == 5 and summary["successes"] == 2 and summary["success"] == pytest.approx(2 / 3)
+    assert summary["env_failures"] == 1 and summary["errors"] == 1 and summary["score"] == pytest.approx(2 / 3)
+    rows = episode_rows(played)
+    assert [len(r) for r in rows] == [7, 7, 7, 8, 8]  # the flag only where there is no outcome
+    assert summary_of_rows(rows)["categories"]["all"]["success"] == pytest.approx(2 / 3)
+    record = Record({"record": "seed-gym experiment record"}, units={("before", 0, None): {
+        "kind": "before", "seed": 0, "arm": None, "evals": {"test": rows}}})
+    assert record.results()[("before", 0, None)]["evals"]["test"]["tasks"] == episode_outcomes(played)
