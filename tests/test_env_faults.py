@@ -100,10 +100,28 @@ def test_info_keys_of_mixed_types_across_envs_do_not_break_a_batch(tiny):
 HANGING = dataclasses.replace(SPEC, env_id="faulty_env:test/HangingEcho-v0", step_timeout_s=1.0)
 
 
-@pytest.mark.parametrize("backend", ["sync", "async"])
-def test_a_hanging_env_ends_only_its_episode_at_the_step_limit_and_is_replaced(tiny, backend):
+@pytest.fixture
+def ray_if(request):
+    """A local Ray instance for the ``ray`` case (its workers import this folder's ``faulty_env``)."""
+    if request.node.callspec.params.get("backend") != "ray":
+        yield
+        return
+    import os
+    from pathlib import Path
+
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'seed-gym[ray]')")
+    path = os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
+             runtime_env={"env_vars": {"PYTHONPATH": path}})
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.parametrize("backend", ["sync", "async", "ray"])
+def test_a_hanging_env_ends_only_its_episode_at_the_step_limit_and_is_replaced(tiny, backend, ray_if):
     """Tasks 3 and 4 sleep for minutes in step 2 and in reset: each ends at the 1 s limit as an env failure
-    (the steps it played kept), the other episodes are untouched, and the slots play the next batch."""
+    (the steps it played kept), the other episodes are untouched, and the slots play the next batch. On
+    ``ray`` the same deadline runs inside each env's actor."""
     pool = EnvPool(HANGING, backend)
     try:
         start = time.monotonic()
