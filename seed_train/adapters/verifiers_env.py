@@ -22,7 +22,7 @@ resolved by one id (``verifiers/v1/utils/loaders.py``: ``load_taskset``, ``envir
   runs on one worker thread of its own (make, reset, step and close), off the event loop, and is
   closed when the rollout ends, whatever ended it.
 - :class:`SeedChatHarness` (a ``vf.Harness``): the program that plays the seat. verifiers' built-in
-  chat harnesses (``null``, ``bash``) run a PEP 723 script that ``uv`` installs from the network;
+  chat harnesses (``null``, ``bash``) run a PEP 723 script whose dependencies ``uv`` installs from PyPI;
   this one runs in process, as ``vf.Harness.launch`` allows ("a harness may run its loop in-process
   ... as long as every model call goes through ``endpoint`` + ``secret``"): one chat completion per
   segment, sent with ``openai.AsyncOpenAI`` to the rollout's interception endpoint, which records it
@@ -120,12 +120,12 @@ class SeedTask(vf.Task[SeedTaskData, vf.State, vf.TaskConfig]):
     """One task of the panel, scored from the episode's final ``info`` (``trace.info["seed_env"]``)."""
 
     @vf.reward(weight=1.0)
-    def success(self, trace: vf.Trace) -> float:
+    async def success(self, trace: vf.Trace) -> float:
         """The env's ``info["success"]`` at the end of the episode: 1.0 or 0.0."""
         return 1.0 if trace.info[OUTCOME_KEY]["success"] else 0.0
 
     @vf.metric
-    def env_metrics(self, trace: vf.Trace) -> dict[str, float]:
+    async def env_metrics(self, trace: vf.Trace) -> dict[str, float]:
         """``score`` (the env's ``info["score"]``), ``steps`` and ``format_errors``: recorded, not rewarded."""
         outcome = trace.info[OUTCOME_KEY]
         return {"score": float(outcome["score"]), "steps": float(outcome["steps"]),
@@ -280,7 +280,7 @@ sys.modules.setdefault(PLUGIN_MODULE, sys.modules[__name__])
 
 
 def load_environment(env_id: str = "seed/EZPoints-v0", split: str = "test", num_examples: int = -1,
-                     max_turns: int | None = None, **env_kwargs: Any) -> SeedGymEnv:
+                     max_turns: int | None = None, *, base_seed: int = 0, **env_kwargs: Any) -> SeedGymEnv:
     """A verifiers environment playing ``env_id``'s ``split`` panel (one task per task id).
 
     Args:
@@ -290,17 +290,17 @@ def load_environment(env_id: str = "seed/EZPoints-v0", split: str = "test", num_
         max_turns: the episode's step budget (the env's ``max_steps`` and verifiers' turn limit);
             None: ``env_kwargs["max_steps"]``, else the env's agent budget
             (:func:`wrappers.stack.default_max_steps`), else the env's own episode length.
-        **env_kwargs: further ``gym.make`` arguments (``base_seed``, if given, is the first reset seed).
+        base_seed: task ``i`` of the panel resets with seed ``base_seed + i``.
+        **env_kwargs: further ``gym.make`` arguments.
 
     Built with verifiers' own loader (``vf.load_environment(vf.resolve_env_config(...))``).
     """
-    base_seed = int(env_kwargs.pop("base_seed", 0))
     if max_turns is not None and max_turns < 1:
         raise ValueError(f"max_turns: expected >= 1 or None, got {max_turns!r}")
     budget = max_turns if max_turns is not None else env_kwargs.get("max_steps") or default_max_steps(env_id)
     config = vf.resolve_env_config({
         "taskset": {"id": PLUGIN_ID, "env_id": env_id, "split": split, "num_examples": num_examples,
-                    "base_seed": base_seed, "max_steps": budget, "env_kwargs": env_kwargs},
+                    "base_seed": int(base_seed), "max_steps": budget, "env_kwargs": env_kwargs},
         "player": {"max_turns": budget},
     })
     env = vf.load_environment(config)
