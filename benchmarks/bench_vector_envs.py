@@ -64,29 +64,12 @@ _SERVERS: dict[str, tuple] = {}  # env id -> (process, url): one server per env,
 
 def served_url(env_id: str) -> str:
     import os
-    import socket
-    import subprocess
-    import sys
-    import urllib.request
+
+    from seed_agents.openenv_server import start_server_process
 
     if env_id not in _SERVERS:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        process = subprocess.Popen([sys.executable, "-m", "seed_agents", "serve", env_id, "--split", "test",
-                                    "--obs-mode", "text", "--port", str(port), "--max-sessions", "64"],
-                                   env={**os.environ, "OMP_NUM_THREADS": "1"})
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=2)
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the server for {env_id} did not start") from None
-                time.sleep(0.2)
-        _SERVERS[env_id] = (process, url)
+        _SERVERS[env_id] = start_server_process(env_id, "--split", "test", "--obs-mode", "text", "--max-sessions",
+                                                "64", ready_timeout_s=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     return _SERVERS[env_id][1]
 
 

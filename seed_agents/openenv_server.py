@@ -285,6 +285,36 @@ def serve(env_id: str, make_kwargs: dict[str, Any] | None = None, *, host: str =
     uvicorn.run(app, host=host, port=port, ws_max_size=limits.max_message_bytes, log_level="warning")
 
 
+def start_server_process(env_id: str, *args: str, ready_timeout_s: float = 120.0,
+                         **popen: Any) -> tuple[Any, str]:
+    """``seed-envs serve ENV_ID ARGS`` in a new process on a free loopback port: ``(process, url)`` once its
+    ``/health`` answers (benchmarks, and tests that kill a server). RuntimeError when it exits or does not
+    answer within ``ready_timeout_s`` (with its stderr when ``popen`` pipes it)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "seed_agents", "serve", env_id, *args, "--port", str(port)],
+                               **popen)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + ready_timeout_s
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/health", timeout=2)
+            return process, url
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                err = process.stderr.read() if process.stderr else ""
+                raise RuntimeError(f"the server for {env_id} did not start {err}".strip()) from None
+            time.sleep(0.2)
+
+
 class BackgroundServe:
     """The server in a thread of this process (tests, notebooks): ``with BackgroundServe(env_id) as url: ...``."""
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -28,7 +27,7 @@ import faulty_env  # noqa: E402,F401  (registers test/Hanging-v0)
 
 import seed_envs  # noqa: E402
 from seed_agents.contract import ContractChecker  # noqa: E402
-from seed_agents.openenv_server import BackgroundServe, make_app  # noqa: E402
+from seed_agents.openenv_server import BackgroundServe, make_app, start_server_process  # noqa: E402
 from seed_agents.serve_limits import ServeLimits  # noqa: E402
 from seed_envs.openenv import MAX_ACTION_CHARS  # noqa: E402
 from seed_envs.openenv.client import RemoteEnv, RemoteEnvError  # noqa: E402
@@ -275,31 +274,13 @@ def test_a_hung_env_is_abandoned_after_the_request_timeout_and_a_new_session_wor
         env.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_server_killed_mid_episode_is_a_clean_error_and_nothing_recorded_is_lost(tmp_path):
     from wrappers import TrajectoryRecorder, read_trajectories
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "seed_agents", "serve", "seed/EZPoints-v0", "--split", "test",
-                               "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
-                              start_new_session=True)
+    server, url = start_server_process("seed/EZPoints-v0", "--split", "test", stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                       env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=2)
-                break
-            except OSError:
-                assert server.poll() is None, server.stderr.read()
-                assert time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.2)
         path = tmp_path / "episodes.jsonl"
         env = TrajectoryRecorder(gym.make("seed/Remote-v0", url=url, expert=True), path)
         expert = seed_envs.make_expert(env)
