@@ -26,3 +26,18 @@ def test_mean_over_updating_iterations_per_seed_then_over_seeds(tmp_path, capsys
     assert "| sft-grpo | 0.0200 | 0.0400 | 0.0300 ± 0.0141 |" in out
     # seed: seed 1 has no run folder -> "-", and one seed gives its value without an sd
     assert "| seed | 0.0030 | - | 0.0030 |" in out
+
+
+def test_iteration_zero_and_ratio_to_the_control(tmp_path, capsys):
+    bench = load_script("benchmarks/update_size.py")
+    (tmp_path / "experiment.json").write_text(json.dumps({"arms": ["sft-grpo", "seed"], "seeds": [0, 1]}))
+    _metrics(tmp_path, 0, "sft-grpo", [{"iteration": 0, "approx_kl": 0.04}, {"iteration": 1, "approx_kl": 0.02}])
+    _metrics(tmp_path, 1, "sft-grpo", [{"iteration": 0, "approx_kl": 0.05}])
+    _metrics(tmp_path, 0, "seed", [{"iteration": 0, "approx_kl": 0.01}, {"iteration": 1, "approx_kl": 0.03}])
+    _metrics(tmp_path, 1, "seed", [{"iteration": 0, "approx_kl": 0.02}])
+    bench.main([str(tmp_path), "--metrics", "approx_kl", "--iterations", "0", "--relative-to", "sft-grpo"])
+    out = capsys.readouterr().out
+    assert "### approx_kl (iteration 0)" in out
+    # iteration 0 only: seed 0.01 / 0.04 = 0.25 and 0.02 / 0.05 = 0.4 -> ratio mean 0.325, sd 0.1061
+    assert "| seed | 0.0100 | 0.0200 | 0.0150 ± 0.0071 | 0.3250 ± 0.1061 |" in out
+    assert "| sft-grpo | 0.0400 | 0.0500 | 0.0450 ± 0.0071 | 1.0000 ± 0.0000 |" in out
