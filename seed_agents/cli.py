@@ -16,6 +16,7 @@ import json
 import sys
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -272,6 +273,24 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_tables(args: argparse.Namespace) -> int:
+    from seed_envs.catalog import env_table, stale_files
+
+    if not args.files:
+        print(env_table(link_prefix=""))
+        return 0
+    missing = [f for f in args.files if not Path(f).is_file()]
+    if missing:
+        raise ValueError(f"no such file: {', '.join(missing)}")
+    stale = stale_files(args.files, write=args.write)
+    for path in stale:
+        print(f"{path}: " + ("rewrote the env table" if args.write else "the env table differs from the envs' declarations"))
+    if stale and not args.write:
+        print("seed-envs tables: run `seed-envs tables --write " + " ".join(args.files) + "`", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="seed-envs", description="seed-gym environments")
     sub = p.add_subparsers(dest="command", required=True)
@@ -342,6 +361,16 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--threads", type=int, default=4, help="threads of the concurrency check")
     sp.add_argument("--only", nargs="+", default=None, metavar="CHECK", help="run only these checks")
     sp.set_defaults(fn=cmd_check)
+    sp = sub.add_parser("tables", help="the docs' env table, from what each registered env declares",
+                        description="Without FILE: print the table. With FILE(s): check the table between the "
+                                    "env-table markers in each (exit 1 when one differs), or rewrite it with "
+                                    "--write. Rows: seed_envs.ENV_IDS; cells: each env class's summary, splits "
+                                    "(aliases, split_notes, splits_extra) and default_max_steps "
+                                    "(seed_envs/catalog.py).")
+    sp.add_argument("files", nargs="*", metavar="FILE", help="markdown files holding the table, e.g. README.md "
+                                                             "docs/environments.md")
+    sp.add_argument("--write", action="store_true", help="rewrite the table in each FILE")
+    sp.set_defaults(fn=cmd_tables)
     sp = sub.add_parser("serve", help="serve an env over the OpenEnv protocol (WebSocket sessions; serve extra)",
                         description="One env, its gym.make arguments fixed here, an env instance per session; "
                                     "clients: gym.make('seed/Remote-v0', url=...) or any OpenEnv client "

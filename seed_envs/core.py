@@ -167,6 +167,11 @@ class SeedEnv(gym.Env[dict, str]):
     default_max_steps: ClassVar[int] = 50
     #: How an agent plays this env by default (prompt, history, step budget, answer format, tools).
     agent_defaults: ClassVar[AgentDefaults] = AgentDefaults()
+    #: The env's row in the docs' env table (``seed_envs.catalog``, ``seed-envs tables``): what the agent
+    #: does (None: the class docstring's first line), a note per split, and text after the split list.
+    summary: ClassVar[str | None] = None
+    split_notes: ClassVar[dict[str, str]] = {}
+    splits_extra: ClassVar[str] = ""
 
     def __init__(
         self,
@@ -378,8 +383,9 @@ def make_with_time_limit(env_cls: type[SeedEnv], **kwargs: Any) -> gym.Env:
 def time_limited(env_cls: type[SeedEnv]) -> Callable[..., gym.Env]:
     """The registered entry point of ``env_cls``: ``make(**kwargs)`` = :func:`make_with_time_limit`.
 
-    It carries ``env_cls.agent_defaults`` as an attribute, so an agent's defaults are read from the
-    registry's entry point without building the env (``wrappers.stack.agent_defaults``).
+    It carries ``env_cls.agent_defaults`` and ``env_cls`` itself (``env_class``) as attributes, so an
+    agent's defaults and the docs' env table are read from the registry's entry point without building the
+    env (``wrappers.stack.agent_defaults``, ``seed_envs.catalog``).
     """
 
     def make(**kwargs: Any) -> gym.Env:
@@ -389,4 +395,5 @@ def time_limited(env_cls: type[SeedEnv]) -> Callable[..., gym.Env]:
     make.__qualname__ = make.__name__ = "make"
     make.__module__ = env_cls.__module__
     make.agent_defaults = env_cls.agent_defaults  # type: ignore[attr-defined]
+    make.env_class = env_cls  # type: ignore[attr-defined]  # (the docs' env table reads its declaration)
     return make

@@ -123,9 +123,8 @@ def test_every_env_has_its_rules_and_other_ids_the_generic_ones():
         ENV_MODULES["seed/Sokoban-v0"]).hindsight_rule
     assert seed_envs.hindsight_rule_for("test/Echo-v0") is generic_rule
     assert seed_envs.hindsight_rule_for(None) is generic_rule
-    # In this package every env declares its rule on the env itself (agent_defaults.hindsight), as an
-    # out-of-tree env does (tests/sixth_env); none is left to the generic rule.
-    assert all(seed_envs.hindsight_rule_for(env_id) is not generic_rule for env_id in seed_envs.ENV_IDS)
+    # (The benchmarks above declare their rule on the env itself, agent_defaults.hindsight, as an out-of-tree
+    # env does, tests/sixth_env; a rule stays optional for a new env, which then gets the generic one.)
 
 
 @pytest.mark.parametrize("env_id", sorted(ENV_MODULES))

@@ -1,5 +1,7 @@
 """README's env table is the registry's: every registered id once, its splits (or their aliases) named in
-backticks, and its default max_steps (issue 31: the front door cannot drift from the code)."""
+backticks, its default max_steps and a link to its page (issue 31: the front door cannot drift from the
+code). The table is written from each env's declaration (``seed-envs tables``, seed_envs/catalog.py), so
+README.md and docs/environments.md must equal what that writes."""
 from __future__ import annotations
 
 import re
@@ -10,7 +12,8 @@ import pytest
 
 import seed_envs
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 
 
 def env_table() -> dict[str, tuple[set[str], int]]:
@@ -20,9 +23,11 @@ def env_table() -> dict[str, tuple[set[str], int]]:
     rows = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 4 and cells[0].startswith("`seed/"):
+        link = re.fullmatch(r"\[`(seed/[^`]+)`\]\((docs/[a-z0-9_]+\.md)\)", cells[0])
+        if len(cells) == 4 and link:
+            assert (ROOT / link[2]).is_file(), f"{link[1]}: its page {link[2]} is missing"
             # split names are bare words; other code in the cell (`target=24`, `data_dir`) is checked below
-            rows[cells[0].strip("`")] = (set(re.findall(r"`([a-z0-9_]+)`", cells[2])), int(cells[3]))
+            rows[link[1]] = (set(re.findall(r"`([a-z0-9_]+)`", cells[2])), int(cells[3]))
     return rows
 
 
@@ -42,3 +47,10 @@ def test_row_names_the_envs_splits_and_max_steps(env_id):
         assert max_steps == type(base).default_max_steps == base.max_steps
     finally:
         base.close()
+
+
+def test_readme_and_environments_md_hold_the_table_the_declarations_write():
+    from seed_envs.catalog import stale_files
+
+    assert stale_files([README, ROOT / "docs" / "environments.md"], write=False) == [], (
+        "run: seed-envs tables --write README.md docs/environments.md")

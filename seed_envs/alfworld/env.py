@@ -115,6 +115,8 @@ class AlfWorldEnv(SeedEnv):
     # expert demos and evaluation by hand); 30 is the *agent's* budget in agent_defaults, SEED's /
     # verl-agent's setting, which the trainer and the adapters pass as ``max_steps``.
     default_max_steps: ClassVar[int] = 50
+    summary = ("household tasks on the real alfworld/textworld engine; real games via `data_dir` / "
+               "`$ALFWORLD_DATA`, else generated, planner-checked games")
     agent_defaults = AgentDefaults(
         prompt={
             "intro": (

@@ -102,6 +102,16 @@ class CodeLockEnv(SeedEnv):
 
     split_names = ("train", "test", "unseen", "warmup")
     default_max_steps = CODE_LENGTH + 2
+    summary = (
+        "the trainer's positive control, not a paper benchmark: enter a lock family's hidden 3-letter code, "
+        "one letter a step; a wrong try reveals the code (what a hindsight skill can state)"
+    )
+    split_notes = {
+        "train": "32 families x 6 places",
+        "test": "same families, other places",
+        "unseen": "16 other families",
+        "warmup": "Stage 1 locks, each with its own code",
+    }
     agent_defaults = AgentDefaults(
         prompt={
             "intro": (

@@ -120,6 +120,10 @@ class EZPointsEnv(SeedEnv):
 
     image_shape = (300, 300)
     default_max_steps = 8
+    summary = ("build a formula from two dealt cards that equals 12, one token a step; text and/or 300x300 "
+               "card image")
+    split_notes = {"test": "disjoint deals", "unseen": "rank pairs never dealt in train"}
+    splits_extra = "`target=24` for Points24"
     agent_defaults = AgentDefaults(
         prompt={
             "intro": (

@@ -176,6 +176,8 @@ class SearchQAEnv(SeedEnv):
 
     split_names = ("train", "test", "unseen") + DATASET_NAMES
     default_max_steps = 4
+    summary = "Search-R1-style retrieval QA (`search[q]`, `answer[a]`), BM25 on CPU, dense or a Search-R1 server"
+    splits_extra = "the seven dataset splits read Search-R1's data (`data_dir`)"
     agent_defaults = AgentDefaults(
         prompt={
             "intro": (

@@ -175,6 +175,9 @@ class SokobanEnv(SeedEnv):
     """
 
     default_max_steps = 15
+    summary = "push every box onto a target; text grid and/or RGB image"
+    split_notes = {"test": "disjoint rooms", "unseen": "8x8, 2 boxes"}
+    splits_extra = "Boxoban files via `data_dir`"
     agent_defaults = AgentDefaults(
         prompt={"intro": AGENT_INTRO, "task_header": "Task: {task}", "observation_header": "[Step {step}] Current map:"},
         history=2,

@@ -161,6 +161,16 @@ class WebShopEnv(SeedEnv):
     """
 
     default_max_steps = 15
+    summary = (
+        "WebShop: search a catalog, open products, choose options, buy (`search[q]`, `click[x]`), WebShop's "
+        "reward; text in process, or a Flask shop driven in headless Chromium (screenshots); generated "
+        "catalog, or WebShop's files via `data_dir`"
+    )
+    split_notes = {
+        "train": "goals 500 on",
+        "test": "goals 0-499",
+        "unseen": "product categories absent from train",
+    }
     agent_defaults = AgentDefaults(
         prompt={
             "intro": (
