@@ -93,6 +93,53 @@ def record_success(report: dict[str, Any]) -> tuple[dict[str, dict[str, list[flo
     return splits, seeds
 
 
+def update_sizes(record: Any, metric: str = "approx_kl", control: str = "sft-grpo") -> dict[str, dict[str, Any]]:
+    """Per arm of a record: ``metric`` per seed at Stage 2 iteration 0 (every arm of a seed samples the same
+    episodes there: the same Stage 1 policy and rollout seeds) and averaged over the iterations that updated
+    (an iteration with no update logs none), with each seed's ratio to ``control``'s value. The trainer's
+    ``approx_kl`` is KL(pi_rollout || pi_theta): how far an iteration's updates moved the policy."""
+    def value_of(rows: list[dict[str, Any]], first_only: bool) -> float | None:
+        values = [float(r[metric]) for r in rows
+                  if r.get(metric) is not None and (not first_only or r.get("iteration") == 0)]
+        return sum(values) / len(values) if values else None
+
+    out: dict[str, dict[str, Any]] = {}
+    for (kind, seed, arm), unit in sorted(record.units.items(), key=lambda kv: kv[0][1]):
+        if kind == "arm":
+            entry = out.setdefault(arm, {"iteration0": {}, "run": {}})
+            entry["iteration0"][seed] = value_of(unit.get("metrics", []), True)
+            entry["run"][seed] = value_of(unit.get("metrics", []), False)
+    for entry in out.values():
+        for key in ("iteration0", "run"):
+            base = out.get(control, {}).get(key, {})
+            entry[f"{key}_ratio"] = {s: v / base[s] for s, v in entry[key].items() if v is not None and base.get(s)}
+    return out
+
+
+def update_size_table(record: Any, seeds: list[int], control: str = "sft-grpo") -> list[str]:
+    """The step-size table of :func:`update_sizes` (empty when the record logged no step or has no control)."""
+    sizes = update_sizes(record, control=control)
+    if control not in sizes or not any(v is not None for e in sizes.values() for v in e["run"].values()):
+        return []
+
+    def cells(values: dict[int, float | None]) -> str:
+        return " / ".join("-" if values.get(s) is None else f"{values[s]:.4f}" for s in seeds)
+
+    def ratio(values: dict[int, float]) -> str:
+        return "-" if not values else f"{sum(values.values()) / len(values):.2f} ({len(values)})"
+
+    per_seed = " / ".join(f"s{s}" for s in seeds)
+    lines = [f"Update size: the trainer's `approx_kl` = KL(π_rollout ‖ π_θ) per seed ({per_seed}), at iteration 0"
+             " (the same sampled episodes in every arm of a seed) and averaged over the iterations that "
+             f"updated (`-`: no update); ratio: the arm's value over `{control}`'s on the same seed, mean over the "
+             "seeds both have (how many):", "",
+             "| arm | iteration 0 | ratio | over the run | ratio |", "|---|---|---:|---|---:|"]
+    for arm, e in sizes.items():
+        lines.append(f"| {arm} | {cells(e['iteration0'])} | {ratio(e['iteration0_ratio'])} | {cells(e['run'])} | "
+                     f"{ratio(e['run_ratio'])} |")
+    return lines
+
+
 def results_block() -> str:
     """docs/results.md's generated part: every recorded experiment, then every transcribed one."""
     lines = [READING_NOTE, ""]
@@ -106,6 +153,8 @@ def results_block() -> str:
                   f"{e['path']}`.", ""]
         lines += [f"Command: `{c}`" for c in dict.fromkeys(commands)] + [""]
         lines += success_table(splits, seeds) + [""] + comparison_table(e["seed_level"]) + [""]
+        sizes = update_size_table(record, seeds)
+        lines += sizes + ([""] if sizes else [])
     for e in transcribed_experiments():
         lines += [f"### {e['label']} (transcribed, no record)", "",
                   f"Seeds {', '.join(map(str, e['seeds']))}; commands and narrative: [below]"

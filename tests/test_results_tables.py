@@ -26,3 +26,27 @@ def test_transcribed_experiments_restated_at_seed_level():
     assert all(c["p_sign_flip"] >= 0.0625 for c in by.values())
     family = [c for c in by.values() if c["family"]]
     assert all(c["p_holm"] >= c["p_sign_flip"] for c in family)
+
+
+def test_update_sizes_at_iteration_zero_and_over_the_run_with_ratios_to_the_control():
+    from seed_train.records import Record
+
+    def unit(metrics):
+        return {"metrics": metrics, "evals": {}}
+
+    record = Record(header={}, units={
+        ("arm", 0, "sft-grpo"): unit([{"iteration": 0, "approx_kl": 0.04}, {"iteration": 1, "approx_kl": 0.02}]),
+        ("arm", 1, "sft-grpo"): unit([{"iteration": 0}, {"iteration": 1, "approx_kl": 0.05}]),  # no update at 0
+        ("arm", 0, "seed"): unit([{"iteration": 0, "approx_kl": 0.01}, {"iteration": 1, "approx_kl": 0.02}]),
+        ("arm", 1, "seed"): unit([{"iteration": 0, "approx_kl": 0.02}, {"iteration": 1, "approx_kl": 0.01}]),
+        ("stage1", 0, None): unit([])})
+    sizes = results_tables.update_sizes(record)
+    assert sizes["seed"]["iteration0"] == {0: 0.01, 1: 0.02}
+    assert sizes["sft-grpo"]["iteration0"] == {0: 0.04, 1: None}
+    # ratios only where both have a value: iteration 0 seed 0 alone (0.25); over the run 0.015 / 0.03 and 0.015 / 0.05
+    assert sizes["seed"]["iteration0_ratio"] == {0: pytest.approx(0.25)}
+    assert sizes["seed"]["run_ratio"] == {0: pytest.approx(0.5), 1: pytest.approx(0.3)}
+    table = results_tables.update_size_table(record, [0, 1])
+    assert "| seed | 0.0100 / 0.0200 | 0.25 (1) | 0.0150 / 0.0150 | 0.40 (2) |" in table
+    assert "| sft-grpo | 0.0400 / - | 1.00 (1) | 0.0300 / 0.0500 | 1.00 (2) |" in table
+    assert results_tables.update_size_table(Record(header={}, units={("arm", 0, "seed"): unit([])}), [0]) == []
