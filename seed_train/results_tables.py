@@ -169,8 +169,8 @@ def _link(section: str) -> str:
 
 
 def readme_block() -> str:
-    """README's compact table: per experiment, SEED against SFT+GRPO and against its content controls on the
-    test panel, at seed level (mean difference over seeds with its interval, and the exact test's p with its floor)."""
+    """README's compact table: per experiment with 3 seeds or more, SEED against SFT+GRPO and against its
+    content controls on the test panel, at seed level (mean difference over seeds with its interval, and the exact test's p with its floor)."""
     rows = ["| experiment | seeds | split | comparison | mean difference [95% CI] | sign-flip p (floor) | detectable |",
             "|---|---:|---|---|---|---|---:|"]
     wanted = {("seed", "sft-grpo"), ("seed", "seed-shuffled-tasks"),
@@ -179,8 +179,8 @@ def readme_block() -> str:
     sources = [(e["name"] + " (record)", e["seed_level"]) for e in recorded_experiments()]
     sources += [(e["name"], e["seed_level"]) for e in transcribed_experiments()]
     for name, comparisons in sources:
-        for c in comparisons:  # the test panel only (unseen and every other pair: docs/results.md)
-            if (c["a"], c["b"]) not in wanted or c["split"] not in ("test", "test (score)"):
+        for c in comparisons:  # the test panel, 3 seeds or more (unseen, fewer seeds, other pairs: docs/results.md)
+            if (c["a"], c["b"]) not in wanted or c["split"] not in ("test", "test (score)") or c["n"] < 3:
                 continue
             lo, hi = c["ci95"]
             rows.append(f"| {name} | {c['n']} | {c['split']} | {c['a']} − {c['b']} | {c['mean_diff']:+.3f} "

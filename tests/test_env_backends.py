@@ -11,6 +11,7 @@ from seed_train.env_backends import RolloutSlot, SLOT_JOBS, make_vector_env
 from seed_train.rollout import EnvPool, EnvSpec, group_jobs, run_episodes
 from seed_train.tiny import cached_tiny_model
 from seed_train.trainer import load
+from ray_helpers import wait_until_dead
 from wrappers import TokenizedResponse, Trajectory
 
 
@@ -154,6 +155,7 @@ def test_ray_backend_gives_the_same_episodes_and_survives_a_killed_actor(tiny_po
             self.calls += 1
             if self.calls == 2:
                 local_ray.kill(pool.vector_env.actors[4], no_restart=True)
+                wait_until_dead(local_ray, pool.vector_env.actors[4])
             return self.inner.generate(prompts, **kw)
 
     crashed = run_episodes(KillsAnActor(tiny_policy.backend), tiny_policy.codec, pool, jobs, max_new_tokens=6,

@@ -11,6 +11,7 @@ ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'seed
 
 import seed_envs  # noqa: E402,F401
 
+from ray_helpers import wait_until_dead  # noqa: E402
 from seed_train.envs_ray import RayVectorEnv  # noqa: E402
 
 
@@ -41,6 +42,7 @@ def test_sixteen_envs_two_kinds_200_steps_survive_a_killed_actor(local_ray):
                    for i in range(16)]
         if t == 50:
             ray.kill(envs.actors[3], no_restart=True)
+            wait_until_dead(ray, envs.actors[3])  # (so that step 50 is the one that finds it dead)
         obs, rewards, terms, truncs, step_infos = envs.step(actions)
         if step_infos.get("_env_failed", np.zeros(16, bool)).any():
             assert failed_at is None and step_infos["_env_failed"].tolist() == [i == 3 for i in range(16)]
