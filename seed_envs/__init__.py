@@ -31,6 +31,14 @@ ENV_IDS: dict[str, str] = {
 }
 
 
+def entry_point(env_id: str):
+    """The registered creator of ``env_id`` (imported, not called): what ``gym.make`` would call. Accepts
+    gymnasium's ``"module:id"`` form (the module is imported by then); raises gymnasium's error for an
+    unknown id."""
+    creator = gym.spec(env_id.split(":")[-1]).entry_point
+    return gym.envs.registration.load_env_creator(creator) if isinstance(creator, str) else creator
+
+
 def _declared(env_id: str | None, what: str):
     """The function the env of ``env_id`` declares as ``agent_defaults.<what>`` (an entry point, imported
     here), or None: an id not registered, or an env that declares none. Read from the registry's entry
@@ -39,12 +47,10 @@ def _declared(env_id: str | None, what: str):
 
     if not env_id:
         return None
-    try:  # (gymnasium's "module:id" form: the module is imported by now, or the id is unknown)
-        creator = gym.spec(env_id.split(":")[-1]).entry_point
+    try:
+        creator = entry_point(env_id)
     except gym.error.Error:
         return None
-    if isinstance(creator, str):
-        creator = gym.envs.registration.load_env_creator(creator)
     target = getattr(getattr(creator, "agent_defaults", None), what, None)
     if not target:
         return None

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-import gymnasium as gym
 
 BEGIN = "<!-- env table: written by `seed-envs tables --write` from each env's declaration; do not edit -->"
 END = "<!-- end of env table -->"
@@ -41,10 +40,9 @@ class EnvRow:
 def env_class(env_id: str) -> type:
     """The :class:`seed_envs.core.SeedEnv` subclass a registered id builds (``time_limited``'s
     ``env_class``), imported but not built."""
-    creator = gym.spec(env_id).entry_point
-    if isinstance(creator, str):
-        creator = gym.envs.registration.load_env_creator(creator)
-    cls = getattr(creator, "env_class", None)
+    from seed_envs import entry_point
+
+    cls = getattr(entry_point(env_id), "env_class", None)
     if cls is None:
         raise ValueError(f"{env_id}: its entry point is not seed_envs.core.time_limited(EnvClass), so the "
                          "env table cannot read its declaration")
