@@ -306,6 +306,8 @@ class SeedConfig:
     analyzer_retries: int = _f(2, "extra attempts when the analyzer's JSON does not parse")
     skill_min_words: int = _f(5, "a skill shorter than this is invalid (its tokens get no OPD term)")
     skill_max_new_tokens: int = _f(96, "tokens the analyzer may generate")
+    analyzer_temperature: float | None = _f(None, "sampling temperature of the analyzer pass (default: --temperature); "
+                                                  "below 1 more of its answers parse, so fewer retries run")
     analyzer_images: int = _f(0, "vision-language models: the analyzer sees the images of the last N steps it "
                                  "shows; 0 shows the trajectory as text, each step's image an [image] placeholder")
     # --- evaluation
@@ -378,6 +380,7 @@ class SeedConfig:
             need(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
                  and value >= 0, name, "must be a number of seconds >= 0 (0: no limit)")
         need(self.temperature > 0, "temperature", "must be > 0")
+        need(self.analyzer_temperature is None or self.analyzer_temperature > 0, "analyzer_temperature", "must be > 0")
         need(self.eval_temperature >= 0, "eval_temperature", "must be >= 0 (0 = greedy)")
         need(self.eval_samples == 1 or self.eval_temperature > 0, "eval_samples",
              "several episodes per task need sampling: set --eval-temperature > 0 (greedy plays each task one way)")
@@ -486,7 +489,7 @@ class SeedConfig:
             elif hint in (list, dict):
                 parser.add_argument(flag, dest=f.name, type=cls.json_argument, default=None, help=help_text + " [JSON]")
             else:
-                base = {int: int, float: float, str: str, int | None: int, str | None: str}.get(hint, str)
+                base = {int: int, float: float, str: str, int | None: int, float | None: float, str | None: str}.get(hint, str)
                 parser.add_argument(flag, dest=f.name, type=base, default=None, help=help_text)
 
     @staticmethod

@@ -103,6 +103,25 @@ class GenerationBackend(Protocol):
         ...
 
 
+def takes_row_keys(backend: Any) -> bool:
+    """Whether ``backend.generate`` accepts ``row_keys`` (named, or through ``**kwargs`` of a wrapper)."""
+    import inspect
+
+    try:
+        params = inspect.signature(backend.generate).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "row_keys" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def forget_turns(backend: Any) -> None:
+    """Drop the KV a backend kept by row key (HFGenerateBackend): the next call's rows under the same keys
+    are other sequences (another rollout's episodes, the analyzer's), possibly under other weights."""
+    forget = getattr(backend, "forget", None)
+    if callable(forget):
+        forget()
+
+
 def _validate(prompts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float, top_p: float) -> None:
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1; got {max_new_tokens}")

@@ -26,7 +26,7 @@ import numpy as np
 
 import seed_envs  # noqa: F401  (registers the ids)
 from seed_train.env_backends import SLOT_JOBS, make_vector_env
-from seed_train.generation import GenerationBackend
+from seed_train.generation import GenerationBackend, forget_turns, takes_row_keys
 from seed_train.codec import prompt_codec
 from wrappers import PromptOverflow, TokenizedResponse, Trajectory, TrajectoryRecorder, make_agent_env
 
@@ -175,23 +175,6 @@ def _at(infos: dict, key: str, i: int) -> Any:
     return infos[key][i] if mask is not None and mask[i] else None
 
 
-def _takes_row_keys(backend: Any) -> bool:
-    """Whether ``backend.generate`` accepts ``row_keys`` (named, or through ``**kwargs`` of a wrapper)."""
-    try:
-        params = inspect.signature(backend.generate).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "row_keys" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-
-
-def _forget_turns(backend: Any) -> None:
-    # A backend that keeps earlier turns' KV (HFGenerateBackend) must not carry it into another rollout:
-    # other episodes under the same keys, and possibly other weights.
-    forget = getattr(backend, "forget", None)
-    if callable(forget):
-        forget()
-
-
 def run_episodes(
     backend: GenerationBackend,
     codec: Any,
@@ -250,8 +233,8 @@ def run_episodes(
     finished: dict[int, Trajectory] = {}
     active = list(range(len(jobs)))
     turn = 0
-    takes_keys = _takes_row_keys(backend)
-    _forget_turns(backend)
+    takes_keys = takes_row_keys(backend)
+    forget_turns(backend)
     while active:
         encoded = {i: codec.encode(prompts_text[i], images=[obs["image"][i]] if with_images else None)
                    for i in active}
@@ -311,7 +294,7 @@ def run_episodes(
             on_finished(len(active) - len(still_active))
         active = still_active
         turn += 1
-    _forget_turns(backend)  # frees the kept KV before the update needs the memory
+    forget_turns(backend)  # frees the kept KV before the update needs the memory
     if pool.vector_env is None:  # (discarded: a worker died; nothing to drain)
         stats.turns += turn
         return [finished[i] for i in range(len(jobs))]

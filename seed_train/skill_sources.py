@@ -44,7 +44,7 @@ import torch
 from seed_train.checkpoint import load_trainable_state, trainable_state
 from seed_train.config import SeedConfig, SetupError
 from seed_train.distributed import dist_info
-from seed_train.generation import GenerationBackend
+from seed_train.generation import GenerationBackend, forget_turns, takes_row_keys
 from seed_train.progress import progress_bar
 from seed_train.skills import Skill, parse_skill, shuffle_within_groups
 from wrappers import Trajectory
@@ -59,17 +59,26 @@ def generate_skills(backend: GenerationBackend, codec, trajectories: Sequence[Tr
     prompts = [codec.encode_analyzer(t, cfg.analyzer_images) for t in trajectories]
     skills: list[Skill | None] = [None] * len(trajectories)
     todo = list(range(len(trajectories)))
-    with progress_bar(total=len(trajectories), desc="skills", unit="episode") as bar:
-        for attempt in range(cfg.analyzer_retries + 1):
-            if not todo:
-                break
-            gens = backend.generate([prompts[i] for i in todo], max_new_tokens=cfg.skill_max_new_tokens,
-                                    temperature=cfg.temperature, top_p=cfg.top_p, seed=seed + attempt)
-            for i, g in zip(todo, gens):
-                skills[i] = parse_skill(g.text, cfg.skill_min_words)
-            todo = [i for i in todo if skills[i] is None]
-            # an episode is done once it has a valid skill or its last attempt ran
-            bar.update(len(gens) - len(todo) if attempt < cfg.analyzer_retries else len(gens))
+    # A retry sends the same prompt again: keyed by episode, a backend that keeps each row's KV (the HF
+    # backend's previous-turn reuse) prefills it once, not once per attempt.
+    keyed = takes_row_keys(backend)
+    temperature = cfg.temperature if cfg.analyzer_temperature is None else cfg.analyzer_temperature
+    try:
+        with progress_bar(total=len(trajectories), desc="skills", unit="episode") as bar:
+            for attempt in range(cfg.analyzer_retries + 1):
+                if not todo:
+                    break
+                extra = {"row_keys": [("analyzer", i) for i in todo]} if keyed else {}
+                gens = backend.generate([prompts[i] for i in todo], max_new_tokens=cfg.skill_max_new_tokens,
+                                        temperature=temperature, top_p=cfg.top_p, seed=seed + attempt, **extra)
+                for i, g in zip(todo, gens):
+                    skills[i] = parse_skill(g.text, cfg.skill_min_words)
+                todo = [i for i in todo if skills[i] is None]
+                # an episode is done once it has a valid skill or its last attempt ran
+                bar.update(len(gens) - len(todo) if attempt < cfg.analyzer_retries else len(gens))
+    finally:
+        if keyed:
+            forget_turns(backend)  # the kept KV is the analyzer's: free it, and keep it from the next rollout
     return skills
 
 

@@ -277,6 +277,92 @@ def test_frozen_analyzer_logits_are_theta0s_and_on_policy_thetaks(tiny_path):
     torch.testing.assert_close(policy.backend.logits, at_theta_k)
 
 
+# ---------------------------------------------------------------------------------- the analyzer pass
+class FlakyAnalyzer:
+    """Answers an analyzer prompt with a valid skill only from its ``valid_from``-th attempt on (per episode),
+    and records every call's temperature, episodes and row keys."""
+
+    def __init__(self, tokenizer, valid_from: dict[str, int]):
+        self.tokenizer, self.valid_from = tokenizer, valid_from
+        self.calls: list[dict] = []
+        self.attempts: dict[str, int] = {}
+
+    def generate(self, prompts, *, temperature, row_keys=None, **_):
+        shown = [re.search(r"saw: (ep\d+x\d+)", self.tokenizer.decode(p)).group(1) for p in prompts]
+        self.calls.append({"temperature": temperature, "episodes": shown, "row_keys": row_keys})
+        out = []
+        for p, ep in zip(prompts, shown):
+            self.attempts[ep] = self.attempts.get(ep, 0) + 1
+            valid = self.attempts[ep] > self.valid_from.get(ep, 0)
+            text = json.dumps({"episode_summary": "x", "episode_skill": f"Remember what {ep} showed the agent"}) if valid else "{oops"
+            out.append(Generation(list(p), [0], [0.0], text, True))
+        return out
+
+
+@pytest.mark.parametrize("analyzer_temperature, expected", [(None, 0.9), (0.6, 0.6)])
+def test_analyzer_retries_only_unparsed_episodes_at_the_analyzer_temperature(tiny_path, analyzer_temperature, expected):
+    from seed_train.skill_sources import generate_skills
+
+    policy = fresh_policy(tiny_path)
+    trajs = batch()
+    # ep0x1 parses at the second attempt, ep1x2 at the third, ep2x0 never (2 retries: 3 attempts in all)
+    backend = FlakyAnalyzer(policy.codec.tokenizer, {"ep0x1": 1, "ep1x2": 2, "ep2x0": 99})
+    cfg = cfg_for(tiny_path, analyzer_retries=2, temperature=0.9, analyzer_temperature=analyzer_temperature)
+    skills = generate_skills(backend, policy.codec, trajs, cfg, seed=0)
+    assert [c["episodes"] for c in backend.calls] == [[t.episode_id for t in trajs], ["ep0x1", "ep1x2", "ep2x0"],
+                                                      ["ep1x2", "ep2x0"]]
+    assert {c["temperature"] for c in backend.calls} == {expected}
+    index = {t.episode_id: i for i, t in enumerate(trajs)}
+    # a retried episode keeps its key, so a backend can reuse its prompt's KV
+    assert [c["row_keys"] for c in backend.calls[1:]] == [[("analyzer", index[e]) for e in c["episodes"]]
+                                                         for c in backend.calls[1:]]
+    assert [s is None for s in skills] == [t.episode_id == "ep2x0" for t in trajs]
+
+
+def test_analyzer_temperature_must_be_positive(tiny_path):
+    with pytest.raises(ValueError, match="analyzer_temperature.*must be > 0"):
+        cfg_for(tiny_path, analyzer_temperature=0.0)
+
+
+class KeylessBackend:
+    """The HF backend behind a ``generate`` without ``row_keys``: every attempt prefills its prompts afresh."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0, greedy=False, seed=None):
+        return self.inner.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                   greedy=greedy, seed=seed)
+
+
+def test_analyzer_retries_reuse_the_prompts_kv_and_sample_the_same_text(tiny_path):
+    from seed_train.skill_sources import generate_skills
+
+    policy = fresh_policy(tiny_path)
+    cfg = cfg_for(tiny_path, analyzer_retries=2, skill_max_new_tokens=6)  # the random tiny model never parses
+    texts = {}
+    for name in ("keyed", "keyless"):
+        hf = HFGenerateBackend(policy.model, policy.codec.tokenizer)
+        recorded = []
+        generate = hf.generate
+
+        def recording(prompts, _generate=generate, _recorded=recorded, **kwargs):
+            out = _generate(prompts, **kwargs)
+            _recorded.append([g.text for g in out])
+            return out
+
+        hf.generate = recording
+        backend = hf if name == "keyed" else KeylessBackend(hf)
+        assert generate_skills(backend, policy.codec, batch(), cfg, seed=3) == [None] * TASKS * GROUP
+        texts[name] = recorded
+        if name == "keyed":
+            assert hf.reused_tokens > 0  # the retries started from the first attempt's prompt KV
+            assert hf._turns == {}  # and it was dropped after the pass
+        else:
+            assert hf.reused_tokens == 0
+    assert len(texts["keyed"]) == 3 and texts["keyed"] == texts["keyless"]
+
+
 # ---------------------------------------------------------------------------------- diagnostics and config
 def test_gate_diagnostics_use_group_and_step_as_the_context(tiny_path):
     # three one-token samples: (group 0, step 0, A +1), (group 0, step 0, A -1), (group 0, step 1, A +1);
