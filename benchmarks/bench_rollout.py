@@ -2,15 +2,24 @@
 
     python benchmarks/bench_rollout.py [--model smollm2-135m] [--groups 3] [--group-size 4] [--repeats 1]
                                        [--threads N] [--settings quickstart,long] [--paths plain,shared,reuse]
+                                       [--max-steps N] [--max-new-tokens N]
 
-G rollouts x N tasks, in these prompt settings (``--settings``):
+G rollouts x N tasks, in these prompt settings (``--settings``); each carries its own episode length and
+tokens per step (``--max-steps`` / ``--max-new-tokens`` override them for every setting when given):
   quickstart  EZPoints with the quickstart's settings (compact template, history 0, plain answers,
-              max_steps 5, max_new_tokens 8): ~150-token prompts
+              max_steps 5, max_new_tokens 8; the ezpoints-cpu recipe's too): ~150-token prompts
   long        EZPoints, the default ezpoints template with history 2 (same steps and tokens): longer
               prompts whose later turns differ within a group after the task description
   compact-h2  EZPoints, the compact template with history 2: a turn's history starts with the
               previous turn's observation and action until the window is full
-  sokoban     Sokoban, its default template and history (2): map observations, in the history too
+  sokoban-h2  Sokoban, its default template, history 2, plain answers, max_steps 5, max_new_tokens 8:
+              map observations, in the history too (what ``sokoban`` was before it followed its recipe)
+The settings of the cpu recipes (seed_train/recipes/NAME-cpu.yaml: env, template, history, answer
+format, max_steps, max_new_tokens; tests/test_benchmarks_env_iterations.py holds them equal):
+  sokoban     Sokoban, its default template, history 0, plain, 15 steps, 4 new tokens (~290-token prompts)
+  searchqa    SearchQA, its default template, history 1, its own tags, 4 steps, 24 new tokens
+  alfworld    ALFWorld (generated games), its default template, history 1, plain, 15 steps, 16 new tokens
+  webshop     WebShop (generated catalog), its default template, history 0, plain, 8 steps, 24 new tokens
 Each setting plays the same jobs (same tasks, reset and sampling seeds) on each path (``--paths``):
   plain       every prompt run whole (``prefix_sharing=False``)
   shared      shared prompt heads within a call (``turn_reuse=False``)
@@ -52,8 +61,19 @@ SETTINGS = {
     "quickstart": dict(env_id="seed/EZPoints-v0", template="compact", history=0),
     "long": dict(env_id="seed/EZPoints-v0", template=None, history=2),  # None: the env's own prompt
     "compact-h2": dict(env_id="seed/EZPoints-v0", template="compact", history=2),
-    "sokoban": dict(env_id="seed/Sokoban-v0", template=None, history=2),
+    "sokoban-h2": dict(env_id="seed/Sokoban-v0", template=None, history=2),
+    # The cpu recipes' settings (RECIPES; tests/test_benchmarks_env_iterations.py holds them equal).
+    "sokoban": dict(env_id="seed/Sokoban-v0", template=None, history=0, max_steps=15, max_new_tokens=4),
+    "searchqa": dict(env_id="seed/SearchQA-v0", template=None, history=1, action_format="tags", max_steps=4,
+                     max_new_tokens=24),
+    "alfworld": dict(env_id="seed/ALFWorld-v0", template=None, history=1, max_steps=15, max_new_tokens=16),
+    "webshop": dict(env_id="seed/WebShop-v0", template=None, history=0, max_steps=8, max_new_tokens=24),
 }
+# What a setting leaves out: plain answers, 5 steps, 8 new tokens (the quickstart's).
+SETTING_DEFAULTS = dict(action_format="plain", max_steps=5, max_new_tokens=8)
+# The settings taken from a recipe, and its name.
+RECIPES = {"sokoban": "sokoban-cpu", "searchqa": "searchqa-cpu", "alfworld": "alfworld-cpu",
+           "webshop": "webshop-cpu"}
 PATHS = {"plain": dict(prefix_sharing=False), "shared": dict(turn_reuse=False), "reuse": {}}
 
 
@@ -98,6 +118,16 @@ def forward_throughput(model: Any, calls: Sequence[Sequence[Sequence[int]]], pad
     return seconds, tokens
 
 
+def resolve_setting(name: str, max_steps: int | None = None, max_new_tokens: int | None = None) -> dict:
+    """Setting ``name`` whole (SETTING_DEFAULTS filled in), the flags' ``max_steps`` / ``max_new_tokens``
+    over its own when given (not None)."""
+    setting = {**SETTING_DEFAULTS, **SETTINGS[name]}
+    for key, value in (("max_steps", max_steps), ("max_new_tokens", max_new_tokens)):
+        if value is not None:
+            setting[key] = value
+    return setting
+
+
 def play(model, tok, spec: EnvSpec, jobs, *, path: str, max_new_tokens: int, seed: int):
     backend = RecordingBackend(HFGenerateBackend(model, tok, **PATHS[path]))
     stats = RolloutStats()
@@ -115,8 +145,10 @@ def main() -> None:
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--groups", type=int, default=3, help="tasks per batch (GRPO groups)")
     p.add_argument("--group-size", type=int, default=4)
-    p.add_argument("--max-steps", type=int, default=5)
-    p.add_argument("--max-new-tokens", type=int, default=8)
+    p.add_argument("--max-steps", type=int, default=None, help="episode length of every setting (default: each "
+                   "setting's own)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per step of every setting (default: "
+                   "each setting's own)")
     p.add_argument("--repeats", type=int, default=1, help="rounds of every path per setting (medians reported)")
     p.add_argument("--settings", default="quickstart,long", help=f"comma-separated, of {sorted(SETTINGS)}")
     p.add_argument("--paths", default="plain,shared,reuse", help=f"comma-separated, of {list(PATHS)}")
@@ -132,16 +164,16 @@ def main() -> None:
               f"{'prompt/step':>11} {'gen tok/s':>9} {'rollout tok/s':>13} {'fwd tok/s':>9} {'ratio':>6} {'same':>6}")
     lines = []
     for setting_index, name in enumerate(args.settings.split(",")):
-        setting = dict(SETTINGS[name])
-        spec = EnvSpec(setting.pop("env_id"), "train", action_format="plain", format_penalty=0.1,
-                       max_steps=args.max_steps, **setting)
+        setting = resolve_setting(name, args.max_steps, args.max_new_tokens)
+        max_new_tokens = setting.pop("max_new_tokens")
+        spec = EnvSpec(setting.pop("env_id"), "train", format_penalty=0.1, **setting)
         tasks = sample_tasks(panel_of(spec), args.groups, np.random.default_rng(0))
         jobs = group_jobs(tasks, args.group_size, base_seed=0, prefix="bench")
         runs: dict[str, list] = {path: [] for path in paths}
         for rep in range(args.repeats):
             shift = (rep + setting_index) % len(paths)
             for path in paths[shift:] + paths[:shift]:
-                runs[path].append(play(model, tok, spec, jobs, path=path, max_new_tokens=args.max_new_tokens, seed=1))
+                runs[path].append(play(model, tok, spec, jobs, path=path, max_new_tokens=max_new_tokens, seed=1))
                 print(f"  {name} {path}: {runs[path][-1][0]:.1f}s", flush=True)
         first = runs[paths[0]][0]
         reference = [[s.response_token_ids for s in t.steps] for t in first[2]]
@@ -162,8 +194,8 @@ def main() -> None:
                          f"{stats.prompt_tokens / calls:>11.0f} {stats.generated_tokens / gen_s:>9.1f} "
                          f"{rollout_rate:>13.0f} {fwd_rate:>9.0f} {rollout_rate / fwd_rate:>6.0%} "
                          f"{same:>3}/{len(reference)}")
-        print(f"{name}: {len(jobs)} episodes, {first[1].generate_calls} generate calls, "
-              f"{first[1].generated_tokens} generated tokens")
+        print(f"{name}: {len(jobs)} episodes (max_steps {spec.max_steps}, max_new_tokens {max_new_tokens}), "
+              f"{first[1].generate_calls} generate calls, {first[1].generated_tokens} generated tokens")
         print("\n".join([header, *lines[-len(runs):]]), flush=True)  # each setting's rows as soon as done
     print(header)
     print("\n".join(lines))

@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=2 nice python benchmarks/skill_validity.py [--env-id seed/EZPoints-v0] [--demos 24]
         [--epochs 1] [--lr 5e-4] [--skill-repeats 1] [--skill-acting] [--rollouts 24] [--analyzer-retries 0] [--model smollm2-135m] [--seed 0]
+        [--analyzer-temperatures 1.0 0.7 0.5]
     OMP_NUM_THREADS=2 nice python benchmarks/skill_validity.py --config sokoban-cpu [--rollouts 24]
 
 Runs Stage 1 with the trainer's own pieces (``seed_train.trainer.load`` and ``run_stage1``; defaults:
@@ -67,6 +68,9 @@ def main() -> None:
     p.add_argument("--skill-max-new-tokens", type=int, default=0, help="analyzer budget (0: the quickstart's)")
     p.add_argument("--analyzer-retries", type=int, default=None,
                    help="new samples for an invalid skill (default: the quickstart's; DESIGN.md's SEED default is 2)")
+    p.add_argument("--analyzer-temperatures", type=float, nargs="*", default=[],
+                   help="also run the analyzer pass on the same rollouts at each of these temperatures (the run's "
+                        "own is --analyzer-temperature of the config, else its rollout temperature)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--examples", type=int, default=6)
     args = p.parse_args()
@@ -123,6 +127,17 @@ def main() -> None:
     if replays:
         print(f"valid skills that replay their episode's actions: {sum(replays)}/{len(replays)}")
     print(f"time: load + Stage 1 {stage1_s:.0f}s, rollouts {rollout_s:.0f}s, analyzer {analyze_s:.0f}s")
+    for temperature in args.analyzer_temperatures:
+        # The same rollouts and sampling seeds, another analyzer temperature: what the knob buys.
+        at = dataclasses.replace(cfg, analyzer_temperature=temperature)
+        t3 = time.perf_counter()
+        with_retries = generate_skills(policy.backend, policy.codec, trajectories, at, seed=args.seed + 2)
+        seconds = time.perf_counter() - t3
+        alone = generate_skills(policy.backend, policy.codec, trajectories, dataclasses.replace(at, analyzer_retries=0),
+                                seed=args.seed + 2)
+        print(f"analyzer at temperature {temperature:g}: {sum(s is not None for s in with_retries)}/{n} valid with "
+              f"{cfg.analyzer_retries} retries ({seconds:.0f}s), {sum(s is not None for s in alone)}/{n} at the first "
+              "attempt")
     print("\nexample skills:")
     for t, s in [(t, s) for t, s in zip(trajectories, skills) if s is not None][: args.examples]:
         print(f"  [{'won ' if t.success else 'lost'}] {s.text}   (summary: {s.summary})")

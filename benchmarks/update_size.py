@@ -24,21 +24,16 @@ import json
 import statistics
 from pathlib import Path
 
-from seed_train.logs import read_metrics
+from seed_train.logs import iteration_mean, read_metrics
 
 
 def per_seed_means(root: Path, arm: str, seeds: list[int], metric: str,
                    iterations: list[int] | None = None) -> dict[int, float]:
-    """seed -> the metric's mean over the iterations that logged it (one with no update logs no step
-    metrics, and does not count as a zero), only ``iterations`` when given; seeds without a run are left
-    out."""
-    out = {}
-    for seed in seeds:
-        values = [float(row[metric]) for row in read_metrics(root / f"seed{seed}" / arm / "run")
-                  if row.get(metric) is not None and (iterations is None or row.get("iteration") in iterations)]
-        if values:
-            out[seed] = statistics.fmean(values)
-    return out
+    """seed -> the metric's mean over the iterations that logged it (``seed_train.logs.iteration_mean``),
+    only ``iterations`` when given; seeds without a run are left out."""
+    means = {seed: iteration_mean(read_metrics(root / f"seed{seed}" / arm / "run"), metric, iterations)
+             for seed in seeds}
+    return {seed: value for seed, value in means.items() if value is not None}
 
 
 def _mean_sd(values: list[float]) -> str:

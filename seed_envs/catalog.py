@@ -85,14 +85,20 @@ def link_prefix_for(path: str | Path) -> str:
     return "" if Path(path).resolve().parent.name == "docs" else "docs/"
 
 
+def replace_between(text: str, begin: str, end: str, body: str, where: str = "the file") -> str:
+    """``text`` with what lies between the lines ``begin`` and ``end`` replaced by ``body``: the one way every
+    generated block of the docs (env tables, results tables, the flag table) is written. ValueError when
+    ``where`` lacks one of the markers, has either twice, or has them in the wrong order."""
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise ValueError(f"{where}: needs one generated block, a line {begin!r} and a later line {end!r}")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
 def with_table(text: str, table: str, where: str = "the file") -> str:
-    """``text`` with the block between :data:`BEGIN` and :data:`END` replaced by ``table``; ValueError
-    when ``where`` lacks the markers."""
-    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise ValueError(f"{where}: needs one env-table block, a line {BEGIN!r} and a later line {END!r}")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{table}\n{END}{tail}"
+    """``text`` with the env-table block (between :data:`BEGIN` and :data:`END`) replaced by ``table``."""
+    return replace_between(text, BEGIN, END, table, where)
 
 
 def stale_files(paths: Iterable[str | Path], *, write: bool) -> list[Path]:

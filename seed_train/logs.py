@@ -52,6 +52,15 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return [record for _, record in _records(file) if isinstance(record.get("iteration"), int)]
 
 
+def iteration_mean(rows: list[dict[str, Any]], metric: str, iterations: Any = None) -> float | None:
+    """``metric``'s mean over the metrics rows that logged it (an iteration with no update logs no step
+    metrics: it is left out, not counted as a zero), only the rows of ``iterations`` when given; None when
+    no row has it. The per-run figure of the update-size tables and ``benchmarks/update_size.py``."""
+    values = [float(r[metric]) for r in rows
+              if r.get(metric) is not None and (iterations is None or r.get("iteration") in iterations)]
+    return sum(values) / len(values) if values else None
+
+
 def value_limits(values: list[float]) -> tuple[float, float]:
     """y limits of a panel: the values with 8% margins, and a readable span around a single or constant
     value (matplotlib's own is +-5% of it, down to 1e-15-wide axes for values near 0)."""

@@ -98,17 +98,14 @@ def update_sizes(record: Any, metric: str = "approx_kl", control: str = "sft-grp
     episodes there: the same Stage 1 policy and rollout seeds) and averaged over the iterations that updated
     (an iteration with no update logs none), with each seed's ratio to ``control``'s value. The trainer's
     ``approx_kl`` is KL(pi_rollout || pi_theta): how far an iteration's updates moved the policy."""
-    def value_of(rows: list[dict[str, Any]], first_only: bool) -> float | None:
-        values = [float(r[metric]) for r in rows
-                  if r.get(metric) is not None and (not first_only or r.get("iteration") == 0)]
-        return sum(values) / len(values) if values else None
+    from seed_train.logs import iteration_mean
 
     out: dict[str, dict[str, Any]] = {}
     for (kind, seed, arm), unit in sorted(record.units.items(), key=lambda kv: kv[0][1]):
         if kind == "arm":
             entry = out.setdefault(arm, {"iteration0": {}, "run": {}})
-            entry["iteration0"][seed] = value_of(unit.get("metrics", []), True)
-            entry["run"][seed] = value_of(unit.get("metrics", []), False)
+            entry["iteration0"][seed] = iteration_mean(unit.get("metrics", []), metric, iterations=(0,))
+            entry["run"][seed] = iteration_mean(unit.get("metrics", []), metric)
     for entry in out.values():
         for key in ("iteration0", "run"):
             base = out.get(control, {}).get(key, {})
@@ -189,12 +186,10 @@ def readme_block() -> str:
 
 
 def replace_block(text: str, name: str, body: str, where: str) -> str:
-    begin, end = MARK.format(name=name, end="begin"), MARK.format(name=name, end="end")
-    if begin not in text or end not in text:
-        raise ValueError(f"{where}: the markers {begin} ... {end} are missing")
-    head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    return f"{head}{begin}\n{body}\n{end}{tail}"
+    """``text`` with its generated block ``name`` (between the :data:`MARK` lines) replaced by ``body``."""
+    from seed_envs.catalog import replace_between
+
+    return replace_between(text, MARK.format(name=name, end="begin"), MARK.format(name=name, end="end"), body, where)
 
 
 def main(argv: list[str] | None = None) -> int:

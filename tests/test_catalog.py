@@ -55,10 +55,12 @@ def test_an_env_without_a_summary_shows_its_docstrings_first_line():
 def test_block_replacement_and_its_errors():
     text = f"intro\n{BEGIN}\nold rows\n{END}\noutro\n"
     assert with_table(text, "NEW") == f"intro\n{BEGIN}\nNEW\n{END}\noutro\n"
-    with pytest.raises(ValueError, match="needs one env-table block"):
+    with pytest.raises(ValueError, match="x.md: needs one generated block"):
         with_table("no markers", "NEW", "x.md")
-    with pytest.raises(ValueError, match="needs one env-table block"):
+    with pytest.raises(ValueError, match="needs one generated block"):
         with_table(f"{END}\n{BEGIN}\n", "NEW")
+    with pytest.raises(ValueError, match="needs one generated block"):
+        with_table(text + text, "NEW")  # two blocks: which one is meant?
 
 
 def test_the_command_checks_writes_and_prints(tmp_path, capsys):

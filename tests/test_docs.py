@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from seed_envs.catalog import replace_between
 from seed_train.config import flag_table_markdown
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -77,6 +78,4 @@ def write_flag_table() -> None:
     """Put the generated flag table between the markers of docs/trainer.md."""
     path = DOCS / "trainer.md"
     text = path.read_text(encoding="utf-8")
-    head, rest = text.split(FLAGS_BEGIN, 1)
-    tail = rest.split(FLAGS_END, 1)[1]
-    path.write_text(f"{head}{FLAGS_BEGIN}\n{flag_table_markdown()}\n{FLAGS_END}{tail}", encoding="utf-8")
+    path.write_text(replace_between(text, FLAGS_BEGIN, FLAGS_END, flag_table_markdown(), str(path)), encoding="utf-8")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from script_loader import load_script
 
 
@@ -41,3 +43,14 @@ def test_iteration_zero_and_ratio_to_the_control(tmp_path, capsys):
     # iteration 0 only: seed 0.01 / 0.04 = 0.25 and 0.02 / 0.05 = 0.4 -> ratio mean 0.325, sd 0.1061
     assert "| seed | 0.0100 | 0.0200 | 0.0150 ± 0.0071 | 0.3250 ± 0.1061 |" in out
     assert "| sft-grpo | 0.0400 | 0.0500 | 0.0450 ± 0.0071 | 1.0000 ± 0.0000 |" in out
+
+
+def test_iteration_mean_leaves_out_iterations_that_logged_no_step():
+    from seed_train.logs import iteration_mean
+
+    rows = [{"iteration": 0, "approx_kl": 0.2}, {"iteration": 1}, {"iteration": 2, "approx_kl": 0.4},
+            {"iteration": 3, "approx_kl": None}]
+    assert iteration_mean(rows, "approx_kl") == pytest.approx(0.3)  # not 0.15: iterations 1 and 3 made no update
+    assert iteration_mean(rows, "approx_kl", iterations=(0,)) == pytest.approx(0.2)
+    assert iteration_mean(rows, "approx_kl", iterations=(1, 3)) is None
+    assert iteration_mean([], "approx_kl") is None
