@@ -4,6 +4,7 @@ time per generated token, against EZPoints'.
     python benchmarks/bench_env_iterations.py [--envs ezpoints sokoban searchqa alfworld webshop] [--repeats 1]
                                               [--threads 1] [--seed 0] [--stage1-demos 0]
                                               [--tasks-per-iteration N] [--group-size N] [--keep DIR]
+    python benchmarks/bench_env_iterations.py --record RECORD.jsonl [--arm seed]
 
 Each env NAME runs the recipe ``seed_train/recipes/NAME-cpu.yaml`` (``seed-train train --config NAME-cpu``)
 as a subprocess, with its settings except ``--iterations 1 --no-eval-before --no-eval-after
@@ -24,15 +25,17 @@ The figures are the run's ``metrics.jsonl`` (seed_train/trainer.py ``seed_iterat
   gen s, env s     of the rollout: generation time and the env's own reset/step time
   s/gen tok        iter s / gen tok
   x ezpoints       s/gen tok over EZPoints' (issue 30's goal: WebShop and ALFWorld <= 2x)
-An env that cannot run here has the reason on its row. Load average at the start and end, and the torch
+An env that cannot run here has the reason on its row. ``--record`` runs nothing: it prints the same columns
+for every recorded Stage 2 iteration of ``--arm`` in a committed experiment record (docs/results/records/),
+the cost of a trained iteration, which an untrained run cannot show. Load average at the start and end, and the torch
 threads the runs report (``torch_threads``), are printed with the table.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -74,8 +77,9 @@ def train_command(env: str, out_dir: Path, *, stage1_demos: int = 0, threads: in
 def read_iteration(path: Path) -> dict[str, Any]:
     """The last Stage 2 iteration record (one with ``iteration_s``) of a run's ``metrics.jsonl``; ValueError
     when none."""
-    records = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    records = [r for r in records if "iteration_s" in r]
+    from seed_train.logs import read_metrics
+
+    records = [r for r in read_metrics(path) if "iteration_s" in r]
     if not records:
         raise ValueError(f"{path}: no iteration recorded")
     return records[-1]
@@ -157,7 +161,11 @@ def goal_line(results: dict[str, dict[str, float] | str], reference: str = REFER
 
 
 def failure_reason(log: str, returncode: int) -> str:
-    """One line from a failed run's output: its last line naming an error, else its last line."""
+    """One line from a failed run's output: the signal that killed it (SIGKILL: most often the kernel's
+    out-of-memory killer), else its last line naming an error, else its last line."""
+    if returncode < 0:
+        name = signal.Signals(-returncode).name
+        return f"killed by {name}" + (" (out of memory? see dmesg)" if name == "SIGKILL" else "")
     lines = [line.strip() for line in log.splitlines() if line.strip()]
     named = [line for line in lines if "error" in line.lower() or line.startswith("seed-train")]
     last = (named or lines or [f"exit status {returncode}"])[-1]
@@ -190,6 +198,18 @@ def run_env(env: str, out_dir: Path, args: argparse.Namespace) -> dict[str, floa
     return values
 
 
+def record_lines(record_path: str | Path, arm: str) -> list[str]:
+    """The same figures for every Stage 2 iteration of ``arm`` in a committed experiment record (its units'
+    per-iteration metrics): what a trained iteration costs, as the reference an untrained run cannot give."""
+    from seed_train.records import read_record
+
+    record = read_record(record_path)
+    results = {f"s{seed}-it{row['iteration']}": row_values(row)
+               for (kind, seed, name), unit in sorted(record.units.items(), key=lambda kv: kv[0][1])
+               if kind == "arm" and name == arm for row in unit.get("metrics", []) if "iteration_s" in row}
+    return table_lines(results, reference="")
+
+
 def round_order(envs: Sequence[str], round_index: int) -> list[str]:
     """The envs' order in round ``round_index``: rotated by one each round."""
     shift = round_index % len(envs)
@@ -212,7 +232,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--group-size", type=int, default=None, help="default: the recipe's")
     p.add_argument("--timeout-s", type=float, default=3600.0, help="seconds one run may take")
     p.add_argument("--keep", default=None, help="keep the run folders under this folder (default: a temporary one)")
+    p.add_argument("--record", default=None, help="instead of running: the figures of every iteration of --arm in "
+                   "this committed experiment record (e.g. docs/results/records/ezpoints-mechanism.jsonl)")
+    p.add_argument("--arm", default="seed", help="the record's arm (with --record)")
     args = p.parse_args(argv)
+    if args.record:
+        print("\n".join(record_lines(args.record, args.arm)))
+        return
     load_start = load_average()
     print(f"envs {' '.join(args.envs)}; {args.repeats} round(s); --threads {args.threads} --seed {args.seed} "
           f"--stage1-demos {args.stage1_demos}; tasks x group: "

@@ -489,7 +489,8 @@ class SeedConfig:
             elif hint in (list, dict):
                 parser.add_argument(flag, dest=f.name, type=cls.json_argument, default=None, help=help_text + " [JSON]")
             else:
-                base = {int: int, float: float, str: str, int | None: int, float | None: float, str | None: str}.get(hint, str)
+                base = {int: int, float: float, str: str,
+                        int | None: int, float | None: float, str | None: str}.get(hint, str)
                 parser.add_argument(flag, dest=f.name, type=base, default=None, help=help_text)
 
     @staticmethod

@@ -167,7 +167,8 @@ def _link(section: str) -> str:
 
 def readme_block() -> str:
     """README's compact table: per experiment with 3 seeds or more, SEED against SFT+GRPO and against its
-    content controls on the test panel, at seed level (mean difference over seeds with its interval, and the exact test's p with its floor)."""
+    content controls on the test panel, at seed level (mean difference over seeds with its interval, and the
+    exact test's p with its floor)."""
     rows = ["| experiment | seeds | split | comparison | mean difference [95% CI] | sign-flip p (floor) | detectable |",
             "|---|---:|---|---|---|---|---:|"]
     wanted = {("seed", "sft-grpo"), ("seed", "seed-shuffled-tasks"),

@@ -15,7 +15,6 @@ the recorder stores them with the step, so training never re-tokenizes text.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field

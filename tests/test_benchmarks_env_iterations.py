@@ -87,6 +87,9 @@ def test_command_order_and_failure_reason(tmp_path):
     log = "loading\nTraceback ...\nValueError: boom\nseed-train: env_id: not registered\n"
     assert bench.failure_reason(log, 2) == "exit 2: seed-train: env_id: not registered"
     assert bench.failure_reason("", 1) == "exit 1: exit status 1"
+    # a run the kernel killed (the OOM killer sends SIGKILL) names the signal, not its last log line
+    assert bench.failure_reason("Loading weights: 100%", -9) == "killed by SIGKILL (out of memory? see dmesg)"
+    assert bench.failure_reason("", -15) == "killed by SIGTERM"
 
 
 def test_every_default_env_has_a_cpu_recipe():
@@ -107,3 +110,19 @@ def test_bench_rollout_recipe_settings_equal_the_recipes():
                                                "action_format": "plain", "max_steps": 5, "max_new_tokens": 8}
     assert rollout.resolve_setting("webshop", max_steps=3)["max_steps"] == 3
     assert rollout.resolve_setting("webshop", max_new_tokens=None)["max_new_tokens"] == 24
+
+
+def test_record_lines_give_each_recorded_iteration_its_cost_per_generated_token():
+    from pathlib import Path
+
+    from seed_train.records import read_record
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "results" / "records" / "ezpoints-mechanism.jsonl"
+    expected = {f"s{seed}-it{row['iteration']}": row["iteration_s"] / round(row["tokens_per_s"] * row["generate_s"])
+                for (kind, seed, arm), unit in read_record(path).units.items() if kind == "arm" and arm == "seed"
+                for row in unit["metrics"] if "iteration_s" in row}
+    lines = bench.record_lines(path, "seed")
+    assert lines[0] == bench.HEADER and len(lines) == 1 + len(expected) >= 1 + 8  # 2 seeds x 4 iterations at least
+    for line in lines[1:]:
+        name, *_, per_token, ratio = line.split()
+        assert float(per_token) == pytest.approx(expected[name], abs=5e-4) and ratio == "-"

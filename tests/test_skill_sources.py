@@ -294,7 +294,8 @@ class FlakyAnalyzer:
         for p, ep in zip(prompts, shown):
             self.attempts[ep] = self.attempts.get(ep, 0) + 1
             valid = self.attempts[ep] > self.valid_from.get(ep, 0)
-            text = json.dumps({"episode_summary": "x", "episode_skill": f"Remember what {ep} showed the agent"}) if valid else "{oops"
+            skill = f"Remember what {ep} showed the agent"
+            text = json.dumps({"episode_summary": "x", "episode_skill": skill}) if valid else "{oops"
             out.append(Generation(list(p), [0], [0.0], text, True))
         return out
 
