@@ -52,7 +52,7 @@ REFERENCE = "ezpoints"
 GOAL_ENVS, GOAL_RATIO = ("alfworld", "webshop"), 2.0
 PHASES = ("rollout", "analyze", "score", "update")
 FIELDS = ("episodes", "steps", "gen_tokens", "prompt_per_step", "skills_valid", "skills_written", "iteration_s",
-          *(f"{p}_s" for p in PHASES), "generate_s", "env_s", "s_per_token", "torch_threads")
+          *(f"{p}_s" for p in PHASES), "generate_s", "env_s", "peak_rss_mb", "s_per_token", "torch_threads")
 
 
 def recipe_of(env: str) -> str:
@@ -103,6 +103,8 @@ def row_values(metrics: dict[str, Any]) -> dict[str, float]:
         "env_s": float(metrics["env_s"]),
         "s_per_token": metrics["iteration_s"] / gen_tokens if gen_tokens else math.nan,
         "torch_threads": float(metrics.get("torch_threads", math.nan)),
+        # The run's peak resident memory by the end of the iteration (records from before it was logged: nan).
+        "peak_rss_mb": float(metrics.get("peak_rss_mb", math.nan)),
     }
     for phase in PHASES:
         values[f"{phase}_s"] = float(metrics[f"{phase}_s"])
@@ -119,7 +121,7 @@ def _num(value: float, fmt: str) -> str:
 
 
 HEADER = (f"{'env':<9} {'episodes':>8} {'steps':>5} {'gen tok':>7} {'prompt/step':>11} {'skills':>6} {'iter s':>7} "
-          f"{'rollout':>12} {'analyze':>12} {'score':>12} {'update':>12} {'gen s':>6} {'env s':>6} "
+          f"{'rollout':>12} {'analyze':>12} {'score':>12} {'update':>12} {'gen s':>6} {'env s':>6} {'peak MB':>7} "
           f"{'s/gen tok':>9} {'x ezpoints':>10}")
 
 
@@ -140,7 +142,7 @@ def table_lines(results: dict[str, dict[str, float] | str], reference: str = REF
         ratio = r["s_per_token"] / ref_rate if ref_rate and not math.isnan(ref_rate) else math.nan
         lines.append(f"{env:<9} {r['episodes']:>8.0f} {_num(r['steps'], '.1f'):>5} {r['gen_tokens']:>7.0f} "
                      f"{_num(r['prompt_per_step'], '.0f'):>11} {skills:>6} {r['iteration_s']:>7.1f} {phases} "
-                     f"{r['generate_s']:>6.1f} {r['env_s']:>6.1f} {_num(r['s_per_token'], '.3f'):>9} "
+                     f"{r['generate_s']:>6.1f} {r['env_s']:>6.1f} {_num(r['peak_rss_mb'], '.0f'):>7} {_num(r['s_per_token'], '.3f'):>9} "
                      f"{_num(ratio, '.2f') + ('x' if not math.isnan(ratio) else ''):>10}")
     return lines
 

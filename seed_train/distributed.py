@@ -164,6 +164,18 @@ def sum_over_ranks(value: float) -> float:
     return float(all_reduce_sum(torch.tensor(float(value), dtype=torch.float64)))
 
 
+def max_over_ranks(value: int) -> int:
+    """The largest of the ranks' values; identity on one process."""
+    import torch
+    import torch.distributed as dist
+
+    if _world() == 1:
+        return int(value)
+    t = torch.tensor(int(value), dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t)
+
+
 def barrier() -> None:
     import torch.distributed as dist
 

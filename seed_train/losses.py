@@ -4,11 +4,14 @@ distillation (OPD) term of SEED Stage 2.
 Pure functions on per-token tensors ``[B, T]`` (response tokens only, right-padded), with
 ``response_mask`` ``[B, T]`` (1.0 real token, 0.0 padding). Log-probs are those of the sampled tokens.
 Masks combine by multiplication; every term is a token mean ``sum(x * m) / max(sum(m), 1)`` over the
-micro-batch. Statistics are returned as Python floats (detached).
+batch. Statistics are returned as Python floats (detached).
 
 Data-parallel training replaces the denominators ``sum(m)`` by the token counts of the whole global
 minibatch divided by the world size (``token_count`` / ``opd_token_count`` of :func:`seed_loss`), so
-that averaging the ranks' gradients gives the gradient of the global token mean.
+that averaging the ranks' gradients gives the gradient of the global token mean. The trainer's
+micro-batches (gradient accumulation inside a minibatch) pass the minibatch's counts the same way. The
+statistics that are token means use the same denominators, so a minibatch's statistic is the sum of its
+micro-batches' (and, over ranks, the mean of the ranks').
 
     L = L_PPO + kl_coef * mean_tokens(k3(ref || theta)) + opd_coef * mean_tokens(m * g * (sg[l_skill] - l_theta))
 
@@ -83,12 +86,13 @@ def ppo_clip_loss(
     with torch.no_grad():
         stats = {
             "pg_loss": loss.item(),
-            "clip_fraction": masked_token_mean((clipped > unclipped).to(ratio.dtype), response_mask).item(),
-            "approx_kl": masked_token_mean((ratio - 1.0) - log_ratio, response_mask).item(),
-            "ratio_mean": masked_token_mean(ratio, response_mask).item(),
+            "clip_fraction": masked_token_mean((clipped > unclipped).to(ratio.dtype), response_mask, token_count).item(),
+            "approx_kl": masked_token_mean((ratio - 1.0) - log_ratio, response_mask, token_count).item(),
+            "ratio_mean": masked_token_mean(ratio, response_mask, token_count).item(),
         }
         if dual_active is not None:
-            stats["dual_clip_fraction"] = masked_token_mean(dual_active.to(ratio.dtype), response_mask).item()
+            stats["dual_clip_fraction"] = masked_token_mean(dual_active.to(ratio.dtype), response_mask,
+                                                            token_count).item()
     return loss, stats
 
 
@@ -168,9 +172,9 @@ def opd_loss(
     with torch.no_grad():
         stats = {
             "opd_term": term.item(),
-            "mean_gate": masked_token_mean(g, mask).item(),
-            "frac_delta_pos": masked_token_mean((delta > 0).to(mask.dtype), mask).item(),
-            "mean_delta": masked_token_mean(delta, mask).item(),
+            "mean_gate": masked_token_mean(g, mask, token_count).item(),
+            "frac_delta_pos": masked_token_mean((delta > 0).to(mask.dtype), mask, token_count).item(),
+            "mean_delta": masked_token_mean(delta, mask, token_count).item(),
             "opd_tokens": mask.sum().item(),
         }
     return term, stats

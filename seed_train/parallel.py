@@ -10,9 +10,11 @@ The trainer asks one object, chosen at start from the ``accelerate launch`` conf
   forward passes on its own (rollouts, the analyzer, teacher/reference scoring all differ in length
   between ranks). FSDP2: every block is all-gathered once on entry and freed on exit, the same "full
   weights to generate, shards to train" split verl and OpenRLHF make; the others: nothing to do;
-- ``backward(loss)`` and ``step(optimizer, params, max_norm)``: gradient averaging over ranks (replicated:
-  one all-reduce, DDP's arithmetic; FSDP2: reduce-scatter during backward; ZeRO: the engine), clipping
-  and the optimizer step; returns the global gradient norm;
+- ``backward(loss, last=True)`` and ``step(optimizer, params, max_norm)``: gradient averaging over ranks
+  (replicated: one all-reduce, DDP's arithmetic; FSDP2: reduce-scatter during backward; ZeRO: the engine),
+  clipping and the optimizer step; returns the global gradient norm. Gradients accumulate over several
+  backward passes before a step (the trainer's micro-batches); ``last`` marks the final one (ZeRO reduces
+  its partitions then);
 - ``optimizer_state`` / ``load_optimizer_state`` for checkpoints.
 
 ``lockstep``: every forward/backward of the update is a collective (FSDP2, ZeRO), so a rank whose share
@@ -68,10 +70,10 @@ class ReplicatedWeights:
     def full_weights(self, model: "torch.nn.Module") -> Iterator[None]:
         yield
 
-    def backward(self, loss: "torch.Tensor") -> None:
-        loss.backward()
+    def backward(self, loss: "torch.Tensor", last: bool = True) -> None:
+        loss.backward()  # (gradients accumulate until the step; the all-reduce runs in step())
 
-    def backward_no_samples(self, model: "torch.nn.Module") -> None:
+    def backward_no_samples(self, model: "torch.nn.Module", last: bool = True) -> None:
         """This rank has nothing in the current step. Replicated: nothing to do (its missing gradients count
         as zeros in the average). ``lockstep`` layouts: forward and backward are collectives, so run a
         zero-weighted pass on one token to keep step with the other ranks."""
@@ -79,7 +81,7 @@ class ReplicatedWeights:
             from seed_train.scoring import response_logprobs
 
             logprobs, _ = response_logprobs(model, [[0]], [[0]], grad=True)
-            self.backward(logprobs.sum() * 0.0)
+            self.backward(logprobs.sum() * 0.0, last=last)
 
     def step(self, optimizer: "torch.optim.Optimizer", params: list["torch.Tensor"], max_norm: float) -> float:
         """Average the gradients over ranks, clip them to ``max_norm``, step; returns the pre-clip norm.
@@ -167,7 +169,11 @@ class DeepSpeedZeroWeights(ReplicatedWeights):
                                                             dist_init_required=False)
         return optimizer
 
-    def backward(self, loss: "torch.Tensor") -> None:
+    def backward(self, loss: "torch.Tensor", last: bool = True) -> None:
+        # Accumulating micro-batches: the engine reduces the gradients into its partitions at the boundary
+        # only (the DeepSpeed API accelerate uses for the same purpose); the loss is not rescaled (the
+        # trainer's token-mean denominators are the minibatch's already).
+        self.engine.set_gradient_accumulation_boundary(last)
         self.engine.backward(loss)
 
     def step(self, optimizer: "torch.optim.Optimizer", params: list["torch.Tensor"], max_norm: float) -> float:

@@ -38,6 +38,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -50,7 +51,7 @@ import torch
 from tqdm import tqdm
 from safetensors.torch import load_file, save_file
 
-from seed_train.distributed import (barrier, dist_info, gather_lists, init_from_env, local_device,
+from seed_train.distributed import (barrier, dist_info, gather_lists, init_from_env, local_device, max_over_ranks,
                                   mean_over_ranks, shard_groups, sum_over_ranks)
 from seed_train.checkpoint import (check_checkpoint, load_checkpoint, load_trainable_state, load_weights_file,
                                    read_checkpoint_meta, save_checkpoint, trainable_state)
@@ -138,11 +139,15 @@ def update_policy(model, optimizer, samples: Sequence[StepSample], scored: dict,
     """PPO epochs over the samples in minibatches; returns the mean of each loss statistic.
 
     Each epoch splits a permutation of the samples into ``ceil(N / minibatch_size)`` near-equal
-    minibatches. Under data parallelism N is the global sample count, every rank takes that many
-    optimizer steps over its own samples, the token means use the global minibatch's token counts and
-    gradients are averaged over ranks, so one minibatch covering all samples gives exactly the
+    minibatches; one optimizer step per minibatch. With ``micro_batch_size`` a minibatch runs as several
+    forward/backward passes whose gradients accumulate: every pass's token means take the whole
+    minibatch's token counts as denominators, so the step is the one pass's step (to rounding) in the
+    memory of a micro-batch. Under data parallelism N is the global sample count, every rank takes that
+    many optimizer steps over its own samples, the token means use the global minibatch's token counts
+    and gradients are averaged over ranks, so one minibatch covering all samples gives exactly the
     single-process update. ``layout`` (:mod:`seed_train.parallel`) runs backward and the step (gradient
-    averaging, clipping), and keeps a rank with no share of a minibatch in step with the others.
+    averaging, clipping), and keeps a rank with no share of a minibatch, or fewer micro-batches than
+    another rank, in step with the others.
     """
     tensors = response_tensors(samples) if samples else None
     device = next(model.parameters()).device
@@ -162,38 +167,45 @@ def update_policy(model, optimizer, samples: Sequence[StepSample], scored: dict,
             token_count = sum_over_ranks(response_tokens) / world
             opd_token_count = sum_over_ranks(opd_tokens) / world
             optimizer.zero_grad(set_to_none=True)
-            if batch and no_gradient_signal(tensors["advantages"][idx], opd_tokens, cfg):
+            zero_signal = bool(batch) and no_gradient_signal(tensors["advantages"][idx], opd_tokens, cfg)
+            parts = micro_batches(idx, cfg.micro_batch_size) if batch and not zero_signal else []
+            # Lockstep layouts: every pass is a collective, so every rank runs as many as the busiest one.
+            passes = max_over_ranks(max(len(parts), 1)) if layout.lockstep else max(len(parts), 1)
+            if zero_signal:
                 # Every sample's advantage is 0 and no KL or OPD term applies (e.g. a group whose episodes all
                 # failed): the loss is 0 whatever the weights, so its gradient is exactly zero. Skip the
                 # forward and backward; AdamW still steps on zero gradients (weight decay, moment decay), so
                 # weights and optimizer state are what the full pass gives.
                 stats = {"loss": 0.0, "pg_loss": 0.0, "zero_signal_minibatches": 1.0}  # ratio stats: not measured
-                layout.backward_no_samples(model)  # (lockstep layouts: a zero-weighted pass, zero gradients)
-                if not layout.lockstep:
-                    zero_missing_gradients(params)
-            elif batch:
+            else:
+                stats = {}  # (a rank with no share of this minibatch only joins the gradient average)
+            for n, part in enumerate(parts):
                 # Samples share prompt heads (system prompt, task, ...): each shared head runs once, gradients
                 # included (the same gradients as one forward per sample; tests/test_policy.py).
                 # Not under FSDP/ZeRO: there every forward is a collective, and the number of forwards of a
                 # grouped batch depends on its rows, so ranks would wait for each other forever.
-                prompts = [s.prompt_ids for s in batch]
-                logprobs, mask = response_logprobs(model, prompts, [s.response_ids for s in batch],
-                                                   batch_size=cfg.minibatch_size, grad=True,
+                prompts = [samples[i].prompt_ids for i in part]
+                logprobs, mask = response_logprobs(model, prompts, [samples[i].response_ids for i in part],
+                                                   batch_size=len(part), grad=True,
                                                    temperature=logprob_temperature(cfg),
                                                    prefix_groups=None if layout.lockstep else auto_prefix_groups(prompts))
-                rows = _rows(idx, mask.shape[1], device)
-                loss, stats = seed_loss(
+                rows = _rows(part, mask.shape[1], device)
+                loss, part_stats = seed_loss(
                     logprobs, rows(tensors["old_logprobs"]), rows(tensors["advantages"]), mask,
                     ref_logprobs=rows(scored["ref_logprobs"]), teacher_logprobs=rows(scored["teacher_logprobs"]),
-                    skill_valid=tensors["skill_valid"][idx].to(device), clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef,
+                    skill_valid=tensors["skill_valid"][part].to(device), clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef,
                     dual_clip_c=cfg.dual_clip_c or None, opd_coef=cfg.opd_coef, opd_beta=cfg.opd_beta,
                     opd_gate=cfg.opd_gate, token_count=token_count,
                     opd_token_count=opd_token_count if opd_tokens else None,
                 )
-                layout.backward(loss)
-            else:  # this rank has no samples in this minibatch: it still joins the gradient average
-                stats = {}
-                layout.backward_no_samples(model)
+                layout.backward(loss, last=n == passes - 1)
+                del logprobs, loss  # (free this micro-batch's graph before the next one's forward)
+                for k, v in part_stats.items():  # token means over the minibatch's counts: they add up
+                    stats[k] = stats.get(k, 0.0) + float(v)
+            for n in range(len(parts), passes):
+                layout.backward_no_samples(model, last=n == passes - 1)
+            if zero_signal and not layout.lockstep:
+                zero_missing_gradients(params)
             stats["grad_norm"] = layout.step(optimizer, params, cfg.grad_clip)
             if not math.isfinite(stats["grad_norm"]):
                 # A NaN/inf loss or gradient (a non-finite advantage, an overflow): the layout skipped the
@@ -214,6 +226,24 @@ def update_policy(model, optimizer, samples: Sequence[StepSample], scored: dict,
     if "opd_tokens" in out:
         out["opd_tokens"] = opd_tokens
     return out
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident memory so far, in MiB (``ru_maxrss``: KiB on Linux, bytes on macOS); nan
+    where the ``resource`` module is missing (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return math.nan
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024 if sys.platform == "darwin" else 1024)
+
+
+def micro_batches(idx: np.ndarray, micro_batch_size: int) -> list[np.ndarray]:
+    """A minibatch's rows as near-equal micro-batches of at most ``micro_batch_size`` rows (0: one pass)."""
+    if micro_batch_size <= 0 or len(idx) <= micro_batch_size:
+        return [idx]
+    return np.array_split(idx, -(-len(idx) // micro_batch_size))
 
 
 def no_gradient_signal(advantages: torch.Tensor, opd_tokens: int, cfg: SeedConfig) -> bool:
@@ -653,6 +683,7 @@ def stage2(policy: Policy, cfg: SeedConfig, layout: Any, start: int, results: di
                     f"{metrics['nonfinite_episodes']:.0f} non-finite rewards): no update")
             metrics["torch_threads"] = threads
             metrics["iteration_s"] = time.perf_counter() - t0
+            metrics["peak_rss_mb"] = peak_rss_mb()  # (the process's high-water mark so far: what an OOM kill sees)
             if logger is not None:
                 logger.log(it, metrics)
                 logger.plot()

@@ -20,7 +20,7 @@ def _record(**over):
     record = {"iteration": 0, "success": 0.25, "length": 4.0, "skills_valid": 3, "skills_written": 8,
               "rollout_s": 30.0, "analyze_s": 20.0, "score_s": 5.0, "update_s": 40.0, "generate_s": 25.0,
               "env_s": 1.5, "tokens_per_s": 4.0, "episodes_trained": 8.0, "prefill_tokens": 1000.0,
-              "prompt_tokens": 6400.0, "torch_threads": 1, "iteration_s": 100.0}
+              "prompt_tokens": 6400.0, "torch_threads": 1, "iteration_s": 100.0, "peak_rss_mb": 2345.6}
     record.update(over)
     return record
 
@@ -45,6 +45,7 @@ def test_row_values_from_a_hand_written_record(tmp_path):
     assert values["s_per_token"] == pytest.approx(1.0)  # 100 s / 100 tokens
     assert (values["rollout_s"], values["analyze_s"], values["score_s"], values["update_s"]) == (30, 20, 5, 40)
     assert (values["skills_valid"], values["skills_written"]) == (3, 8)
+    assert values["peak_rss_mb"] == 2345.6
     # No analyzer (GRPO arm): no skill counts; an iteration that trained on nothing has no steps.
     bare = bench.row_values({k: v for k, v in _record(episodes_trained=0.0, length=float("nan")).items()
                              if not k.startswith("skills")})
@@ -62,6 +63,7 @@ def test_medians_and_table_against_ezpoints():
     ez_row, shop_row, alf_row = lines[1:]
     assert ez_row.split()[:7] == ["ezpoints", "8", "4.0", "100", "200", "3/8", "100.0"]
     assert "30.0   30%" in ez_row and "40.0   40%" in ez_row and ez_row.endswith("1.00x")
+    assert ez_row.split()[-3:-1] == ["2346", "1.000"]  # peak MB, s/gen tok
     assert shop_row.split()[3] == "120" and "1.500" in shop_row and shop_row.endswith("1.50x")
     assert "30.0   17%" in shop_row  # rollout 30 s of 180 s
     assert alf_row == "alfworld  not run: exit 1: ValueError: no games"

@@ -235,7 +235,7 @@ def _check_same_run(one: Path, two: Path, layout: str) -> None:
 def test_accelerate_fsdp_matches_one_process_and_resumes_across_layouts(tmp_path, one_process):
     """FSDP2 over 2 CPU processes (LoRA policy): the same update, final evaluation and saved model as one
     process (the sharded policy is gathered whole after training); and a checkpoint of either run resumes
-    under the other layout to the same next weights."""
+    under the other layout to the same next weights, also when FSDP accumulates micro-batches."""
     ref, model_dir, skills = one_process["one"], one_process["model_dir"], one_process["skills"]
     two = tmp_path / "two"
     launched = _launch(LAUNCH_FSDP, _lora_args(two, model_dir, skills))
@@ -246,8 +246,9 @@ def test_accelerate_fsdp_matches_one_process_and_resumes_across_layouts(tmp_path
     subprocess.run([sys.executable, "-m", "seed_train",
                     *_lora_args(r1, model_dir, skills, "--resume", str(two / "checkpoints" / "iter0000"), *RESUME_TO_2)],
                    check=True, env=_env(), timeout=600, capture_output=True)
+    # (in 3-sample micro-batches: the ranks accumulate unequal numbers of passes into the same step)
     launched = _launch(LAUNCH_FSDP, _lora_args(r2, model_dir, skills, "--resume", str(ref / "checkpoints" / "iter0000"),
-                                               *RESUME_TO_2))
+                                               *RESUME_TO_2, "--micro-batch-size", "3"))
     assert launched.returncode == 0, launched.stderr[-3000:]
     for run in (r1, r2):
         _same_weights(one_process["resumed"] / "checkpoints" / "iter0001" / "trainable.safetensors",
@@ -260,7 +261,8 @@ def test_accelerate_fsdp_full_finetune_with_uneven_shards(tmp_path):
     samples before the last minibatches and joins them with zero-weighted passes (no hang), and the
     weights move. Stage 1 with 1-pair batches leaves rank 1 an empty share at every step (the same
     zero-weighted passes), then θ_0 is gathered whole for the KL term's frozen copy. With
-    ``fsdp_activation_checkpointing`` on."""
+    ``fsdp_activation_checkpointing`` on, and 1-sample micro-batches (a rank with fewer passes in a
+    minibatch pads with zero-weighted ones)."""
     from safetensors.torch import load_file
 
     from seed_train.tiny import cached_tiny_model
@@ -272,7 +274,7 @@ def test_accelerate_fsdp_full_finetune_with_uneven_shards(tmp_path):
     base[base.index("--tasks-per-iteration") + 1] = "3"
     base[base.index("--minibatch-size") + 1] = "2"
     base[base.index("--stage1-demos") + 1] = "2"
-    base += ["--stage1-epochs", "1", "--stage1-batch-size", "1"]
+    base += ["--stage1-epochs", "1", "--stage1-batch-size", "1", "--micro-batch-size", "1"]
     launched = _launch([*LAUNCH_FSDP, "--fsdp_activation_checkpointing", "true"], base)
     assert launched.returncode == 0, launched.stderr[-3000:]
     metrics = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
@@ -308,8 +310,8 @@ def test_deepspeed_settings_are_validated_by_name(monkeypatch):
 @pytest.mark.slow
 def test_accelerate_deepspeed_zero2_matches_one_process_and_resumes(tmp_path, one_process):
     """DeepSpeed ZeRO-2 over 2 CPU processes (gloo): same update, evaluation and saved model as one process;
-    its checkpoint (ZeRO's partitioned optimizer state) resumes under the same launch to the 1-process
-    resume's weights, and on 1 process the trainer refuses it by name (exit 2) instead of training wrong."""
+    its checkpoint (ZeRO's partitioned optimizer state) resumes under the same launch, accumulating
+    micro-batches, to the 1-process resume's weights, and on 1 process the trainer refuses it by name (exit 2) instead of training wrong."""
     pytest.importorskip("deepspeed", reason="DeepSpeed is an extra: pip install 'seed-gym[deepspeed]'")
     ref, model_dir, skills = one_process["one"], one_process["model_dir"], one_process["skills"]
     two = tmp_path / "two"
@@ -317,7 +319,9 @@ def test_accelerate_deepspeed_zero2_matches_one_process_and_resumes(tmp_path, on
     assert launched.returncode == 0, launched.stderr[-3000:]
     _check_same_run(ref, two, "deepspeed")
     ckpt = str(two / "checkpoints" / "iter0000")
-    launched = _launch(LAUNCH_ZERO2, _lora_args(tmp_path / "r2", model_dir, skills, "--resume", ckpt, *RESUME_TO_2))
+    # (in 3-sample micro-batches: ZeRO reduces into its partitions at the last pass of each minibatch only)
+    launched = _launch(LAUNCH_ZERO2, _lora_args(tmp_path / "r2", model_dir, skills, "--resume", ckpt, *RESUME_TO_2,
+                                                "--micro-batch-size", "3"))
     assert launched.returncode == 0, launched.stderr[-3000:]
     _same_weights(one_process["resumed"] / "checkpoints" / "iter0001" / "trainable.safetensors",
                   tmp_path / "r2" / "checkpoints" / "iter0001" / "trainable.safetensors")

@@ -260,6 +260,8 @@ def test_tiny_model_learns_echo(tmp_path, tiny_path, threads):
                 "rollout_s", "analyze_s", "score_s", "update_s", "tokens_per_s", "format_error_rate"):
         assert key in metrics[-1], key
     assert any(k.startswith("success/") for k in metrics[-1])  # success by category
+    # The process's memory high-water mark: at least the model's weights, never falling.
+    assert 100 < metrics[0]["peak_rss_mb"] <= metrics[1]["peak_rss_mb"]
     trajs = list(read_trajectories(tmp_path / "run" / "trajectories.jsonl"))
     assert len(trajs) == 2 * 4 * 4 and all(t.steps[0].response_token_ids for t in trajs)
     assert (tmp_path / "run" / "curves.png").stat().st_size > 1000

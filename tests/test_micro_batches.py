@@ -1,0 +1,106 @@
+"""Micro-batches inside a Stage 2 minibatch (``--micro-batch-size``): gradient accumulation gives the
+update of the whole minibatch in one pass (the token means keep the minibatch's denominators), with no
+forward wider than a micro-batch. The layouts' accumulation under FSDP2 and ZeRO is checked against the
+1-process run in tests/test_distributed.py."""
+from __future__ import annotations
+
+import copy
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import seed_train.trainer as trainer_module
+from seed_train.config import SeedConfig
+from seed_train.rollout import EnvPool, EnvSpec, group_jobs, run_episodes
+from seed_train.samples import build_samples
+from seed_train.skills import Skill
+from seed_train.tiny import cached_tiny_model
+from seed_train.trainer import load, micro_batches, score_samples, update_policy
+
+
+@pytest.fixture(scope="module")
+def batch():
+    """24-30 step samples of EZPoints, seeded advantages of both signs, skills on half the episodes,
+    teacher and reference log-probs: every loss term (PPO, KL, OPD) has tokens."""
+    cfg = SeedConfig(model=str(cached_tiny_model(seed=0)), lora=False)
+    with torch.random.fork_rng(devices=[]):
+        policy = load(cfg)
+    spec = EnvSpec(env_id="seed/EZPoints-v0", split="test", template="compact", history=1, action_format="plain",
+                   format_penalty=0.1, max_steps=4)
+    pool = EnvPool(spec)
+    try:
+        tasks = list(gym.make("seed/EZPoints-v0", split="test").unwrapped.task_ids()[:3])
+        trajectories = run_episodes(policy.backend, policy.codec, pool, group_jobs(tasks, 2, base_seed=3, prefix="it0"),
+                                    max_new_tokens=6, seed=4)
+    finally:
+        pool.close()
+    rng = np.random.default_rng(5)
+    advantages = [list(rng.normal(size=len(t.steps))) for t in trajectories]
+    skills = [Skill("", "Multiply the cards when the product is the target, else add them.") if i % 2 else None
+              for i in range(len(trajectories))]
+    samples = build_samples(trajectories, advantages, skills, policy.codec)
+    reference = copy.deepcopy(policy.model)
+    scored = score_samples(policy.model, samples, teacher=True, reference=True, reference_model=reference)
+    return policy, samples, scored
+
+
+def _update(policy, samples, scored, micro_batch_size, monkeypatch):
+    """One update_policy call on a copy of the model with plain SGD (the weights move by exactly the
+    clipped gradient times lr, so equal weights mean equal gradients); returns the weights, the stats and
+    the row count of every forward."""
+    cfg = SeedConfig(model=policy.model.name_or_path, lora=False, kl_coef=0.01, opd_coef=0.5, minibatch_size=10,
+                     ppo_epochs=2, micro_batch_size=micro_batch_size, grad_clip=1e9)
+    model = copy.deepcopy(policy.model)
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    rows: list[int] = []
+    real = trainer_module.response_logprobs
+    monkeypatch.setattr(trainer_module, "response_logprobs", lambda m, prompts, *a, **k: rows.append(len(prompts))
+                        or real(m, prompts, *a, **k))
+    stats = update_policy(model, optimizer, samples, scored, cfg, np.random.default_rng(0))
+    monkeypatch.undo()
+    return [p.detach().clone() for p in model.parameters()], stats, rows
+
+
+def test_micro_batches_give_the_minibatch_update_with_no_wider_forward(batch, monkeypatch):
+    policy, samples, scored = batch
+    n = len(samples)
+    assert n > 20 and any(s.teacher_prompt_ids is not None for s in samples)
+    whole_w, whole_stats, whole_rows = _update(policy, samples, scored, 0, monkeypatch)
+    # ceil(n / 10) near-equal minibatches per epoch, each one forward.
+    per_epoch = [len(a) for a in np.array_split(np.arange(n), -(-n // 10))]
+    assert whole_rows == per_epoch * 2
+    assert whole_stats["opd_tokens"] > 0 and whole_stats["kl"] > 0 and whole_stats["grad_norm"] > 0
+    for micro in (3, 1):
+        w, stats, rows = _update(policy, samples, scored, micro, monkeypatch)
+        assert max(rows) <= micro and sum(rows) == 2 * n
+        assert len(rows) == 2 * sum(-(-size // micro) for size in per_epoch)
+        assert stats.keys() == whole_stats.keys()
+        for k, v in whole_stats.items():
+            assert stats[k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
+        moved = [not torch.equal(a, b) for a, b in zip(w, policy.model.parameters())]
+        assert sum(moved) > 10  # the update did move the weights ...
+        for a, b in zip(w, whole_w):  # ... and by the same step as the whole minibatch's
+            torch.testing.assert_close(a, b, atol=2e-6, rtol=1e-5)
+
+
+def test_micro_batches_split_near_equally_and_the_field_refuses_negatives():
+    idx = np.arange(10)
+    assert [len(p) for p in micro_batches(idx, 4)] == [4, 3, 3]
+    assert [len(p) for p in micro_batches(idx, 0)] == [10] and [len(p) for p in micro_batches(idx, 10)] == [10]
+    assert np.concatenate(micro_batches(idx, 3)).tolist() == idx.tolist()
+    with pytest.raises(ValueError, match="micro_batch_size"):
+        SeedConfig(micro_batch_size=-1)
+
+
+def test_peak_rss_is_the_kernels_high_water_mark():
+    from pathlib import Path
+
+    from seed_train.trainer import peak_rss_mb
+
+    status = Path("/proc/self/status")
+    if not status.exists():
+        pytest.skip("no /proc (not Linux): nothing independent to compare with")
+    hwm_kb = next(int(line.split()[1]) for line in status.read_text().splitlines() if line.startswith("VmHWM:"))
+    assert peak_rss_mb() == pytest.approx(hwm_kb / 1024, rel=0.05)
