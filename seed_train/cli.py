@@ -53,7 +53,7 @@ QUICKSTART = {
     "stage1_batch_size": 8,
     "stage1_lr": 5e-4,
     # Each skill pair 5 times and 2 analyzer retries: the policy's own skills are valid in >= 80% of Stage 2
-    # episodes (11/12 and 10/12 in the two iterations, docs/quickstart.md), so the OPD term acts on most
+    # episodes (11/12 and 12/12 in the two iterations, docs/quickstart.md), so the OPD term acts on most
     # tokens; one skill pair per demo leaves 0-2 of 12 valid.
     "stage1_skill_repeats": 5,
     "iterations": 2,
