@@ -168,7 +168,8 @@ def update_policy(model, optimizer, samples: Sequence[StepSample], scored: dict,
             opd_token_count = sum_over_ranks(opd_tokens) / world
             optimizer.zero_grad(set_to_none=True)
             zero_signal = bool(batch) and no_gradient_signal(tensors["advantages"][idx], opd_tokens, cfg)
-            parts = micro_batches(idx, cfg.micro_batch_size) if batch and not zero_signal else []
+            parts = (micro_batches(idx, cfg.micro_batch_size, order=lambda rows: heads_together(rows, samples))
+                     if batch and not zero_signal else [])
             # Lockstep layouts: every pass is a collective, so every rank runs as many as the busiest one.
             passes = max_over_ranks(max(len(parts), 1)) if layout.lockstep else max(len(parts), 1)
             if zero_signal:
@@ -239,11 +240,20 @@ def peak_rss_mb() -> float:
     return peak / (1024 * 1024 if sys.platform == "darwin" else 1024)
 
 
-def micro_batches(idx: np.ndarray, micro_batch_size: int) -> list[np.ndarray]:
-    """A minibatch's rows as near-equal micro-batches of at most ``micro_batch_size`` rows (0: one pass)."""
+def heads_together(idx: np.ndarray, samples: Sequence[StepSample]) -> np.ndarray:
+    """A minibatch's rows ordered by prompt ids, so that rows sharing a prompt head (a group's same turn, an
+    episode's task) fall into the same micro-batch, where the head runs once. The accumulated gradient is a
+    sum over the rows, so the order changes nothing but float rounding."""
+    return np.asarray(sorted(idx, key=lambda i: samples[i].prompt_ids), dtype=np.asarray(idx).dtype)
+
+
+def micro_batches(idx: np.ndarray, micro_batch_size: int,
+                  order: Callable[[np.ndarray], np.ndarray] | None = None) -> list[np.ndarray]:
+    """A minibatch's rows as near-equal micro-batches of at most ``micro_batch_size`` rows (0: one pass, the
+    rows as they are); ``order`` rearranges the rows before they are split (:func:`heads_together`)."""
     if micro_batch_size <= 0 or len(idx) <= micro_batch_size:
         return [idx]
-    return np.array_split(idx, -(-len(idx) // micro_batch_size))
+    return np.array_split(idx if order is None else order(idx), -(-len(idx) // micro_batch_size))
 
 
 def no_gradient_signal(advantages: torch.Tensor, opd_tokens: int, cfg: SeedConfig) -> bool:

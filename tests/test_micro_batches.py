@@ -17,7 +17,7 @@ from seed_train.rollout import EnvPool, EnvSpec, group_jobs, run_episodes
 from seed_train.samples import build_samples
 from seed_train.skills import Skill
 from seed_train.tiny import cached_tiny_model
-from seed_train.trainer import load, micro_batches, score_samples, update_policy
+from seed_train.trainer import heads_together, load, micro_batches, score_samples, update_policy
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +88,7 @@ def test_micro_batches_give_the_minibatch_update_with_no_wider_forward(batch, mo
 def test_micro_batches_split_near_equally_and_the_field_refuses_negatives():
     idx = np.arange(10)
     assert [len(p) for p in micro_batches(idx, 4)] == [4, 3, 3]
+    assert micro_batches(idx, 0, order=lambda rows: rows[::-1])[0].tolist() == idx.tolist()  # one pass: as drawn
     assert [len(p) for p in micro_batches(idx, 0)] == [10] and [len(p) for p in micro_batches(idx, 10)] == [10]
     assert np.concatenate(micro_batches(idx, 3)).tolist() == idx.tolist()
     with pytest.raises(ValueError, match="micro_batch_size"):
@@ -104,3 +105,17 @@ def test_peak_rss_is_the_kernels_high_water_mark():
         pytest.skip("no /proc (not Linux): nothing independent to compare with")
     hwm_kb = next(int(line.split()[1]) for line in status.read_text().splitlines() if line.startswith("VmHWM:"))
     assert peak_rss_mb() == pytest.approx(hwm_kb / 1024, rel=0.05)
+
+
+def test_rows_sharing_a_prompt_head_fall_into_one_micro_batch():
+    """Two groups' turns drawn interleaved: ordered by prompt ids, each micro-batch holds one group's rows
+    (whose shared head then runs once), and no row is lost or repeated."""
+    from types import SimpleNamespace
+
+    system, task_a, task_b = [1, 2, 3], [7, 7], [5, 5]
+    prompts = [system + (task_a if i % 2 == 0 else task_b) + [100 + i] for i in range(6)]
+    samples = [SimpleNamespace(prompt_ids=p) for p in prompts]
+    drawn = np.array([3, 0, 5, 2, 1, 4])
+    parts = micro_batches(drawn, 3, order=lambda rows: heads_together(rows, samples))
+    assert [sorted(p.tolist()) for p in parts] == [[1, 3, 5], [0, 2, 4]]  # task_b's rows, then task_a's
+    assert heads_together(drawn, samples).dtype == drawn.dtype

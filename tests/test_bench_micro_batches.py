@@ -1,0 +1,30 @@
+"""Keeps benchmarks/bench_micro_batches.py from rotting: it times its variants on a finished tiny run."""
+from __future__ import annotations
+
+import toy_env  # noqa: F401  (registers test/Echo-v0)
+import torch
+from script_loader import load_script
+
+from seed_train.config import SeedConfig
+from seed_train.tiny import cached_tiny_model
+from seed_train.trainer import train
+
+bench = load_script("benchmarks/bench_micro_batches.py")
+
+
+def test_bench_micro_batches_times_both_orders_on_a_runs_samples(tmp_path, capsys):
+    run = tmp_path / "run"
+    cfg = SeedConfig(env_id="test/Echo-v0", model=str(cached_tiny_model(seed=0)), lora=False, template="compact",
+                     history=0, action_format="plain", max_new_tokens=4, skill_max_new_tokens=8, analyzer_retries=0,
+                     stage1_demos=0, iterations=1, tasks_per_iteration=2, group_size=4, kl_coef=0.0,
+                     eval_before=False, eval_after=False, checkpoint_every=0, save_final=False,
+                     output_dir=str(run), seed=0)
+    train(cfg, say=lambda _: None)
+    threads = torch.get_num_threads()
+    bench.main([str(run), "--samples", "6", "--micro", "2", "--repeats", "2", "--threads", "1"])
+    assert torch.get_num_threads() == threads  # the caller's count is back
+    out = capsys.readouterr().out
+    assert "6 step samples" in out and "micro-batch 2" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("drawn", "heads"))}
+    assert rows["drawn"][-1] == "1.00" and float(rows["heads"][-1]) > 0  # ratios to the drawn order
+    assert out.count("round ") == 4  # 2 variants x 2 rounds
