@@ -328,7 +328,9 @@ def test_ctrl_c_ends_the_process_at_once_at_any_concurrency_and_keeps_ended_epis
         if command == "seed-envs":
             args += ["--agent", "openai", "--base-url", server.base_url, "--model", "m"]
         args += ["--concurrency", "2", "--timeout", "30", "--max-retries", "0"]
-        process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # Output to files, not pipes: a child whose pipe filled before anyone read it would block on a write.
+        log = (tmp_path / "child.log").open("w")
+        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 60
         while len(server.requests) < steps_before_hang + 2 and time.monotonic() < deadline:
             time.sleep(0.1)  # both workers are now inside a hung call
@@ -337,11 +339,16 @@ def test_ctrl_c_ends_the_process_at_once_at_any_concurrency_and_keeps_ended_epis
         start = time.monotonic()
         process.send_signal(signal.SIGINT)
         try:
-            _, err = process.communicate(timeout=15)
+            process.wait(timeout=15)
         except subprocess.TimeoutExpired:
             process.kill()
-            raise AssertionError("the process did not end within 15 s of SIGINT")
+            process.wait()
+            raise AssertionError("the process did not end within 15 s of SIGINT; its output ends: "
+                                 + (tmp_path / "child.log").read_text()[-2000:])
+        finally:
+            log.close()
         elapsed = time.monotonic() - start
+        err = (tmp_path / "child.log").read_text()
     assert process.returncode == 130 and elapsed < 10, err
     assert "interrupted" in err and "Traceback" not in err
     ended = list(read_trajectories(out))
