@@ -330,7 +330,15 @@ def test_ctrl_c_ends_the_process_at_once_at_any_concurrency_and_keeps_ended_epis
         args += ["--concurrency", "2", "--timeout", "30", "--max-retries", "0"]
         # Output to files, not pipes: a child whose pipe filled before anyone read it would block on a write.
         log = (tmp_path / "child.log").open("w")
-        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, text=True)
+        # A terminal's Ctrl-C reaches a process whose SIGINT is at its default. Where pytest itself runs with
+        # SIGINT ignored (a background job of a non-interactive shell, as CI may start it), a child would
+        # inherit the ignore across exec and Python would install no KeyboardInterrupt. A handled signal is
+        # reset to its default at exec, so handle it here while the child starts.
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, text=True)
+        finally:
+            signal.signal(signal.SIGINT, previous)
         deadline = time.monotonic() + 60
         while len(server.requests) < steps_before_hang + 2 and time.monotonic() < deadline:
             time.sleep(0.1)  # both workers are now inside a hung call
