@@ -50,7 +50,7 @@ def main() -> None:
 
     print(f"seed/ALFWorld-v0 {args.split}, {len(task_ids)} games ({'ALFWORLD_DATA ' + args.data if args.data else 'generated'}), "
           f"expert with {args.latency:.2f} s per action; load average {os.getloadavg()[0]:.2f} at the start")
-    print(f"\n| concurrency | wall s | episodes/s | steps/s | speed-up | same episodes as 1 |\n|---:|---:|---:|---:|---:|---|")
+    print("\n| concurrency | wall s | episodes/s | steps/s | speed-up | same episodes as 1 |\n|---:|---:|---:|---:|---:|---|")
     make = lambda: gym.make("seed/ALFWorld-v0", **kwargs)  # noqa: E731
     if not args.cold:
         play_panel(make, lambda env: seed_envs.make_expert(env), task_ids, seeds=[0] * len(task_ids))

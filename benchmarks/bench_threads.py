@@ -28,7 +28,6 @@ BACKGROUNDS = ("idle", "python-spin", "torch-2")
 
 def child(model: str, threads: str, repeats: int) -> None:
     """One cell: prints a JSON line with the seconds of each round."""
-    import numpy as np
     import torch
 
     from seed_train.config import SeedConfig

@@ -143,6 +143,22 @@ def _as_word(action: str) -> str:
     return left + re.escape(action) + right
 
 
+# ------------------------------------------------------------------ wrong-rule content controls
+def swap_phrases(text: str, table: Sequence[tuple[str, str]]) -> tuple[str, bool]:
+    """``text`` with every phrase of ``table`` replaced by its partner (whole words, case-insensitive, one
+    pass so a replacement is never rewritten again; a capital first letter stays capital); and whether
+    anything was replaced. The envs' ``wrong_rule`` functions build on it."""
+    pattern = "|".join(rf"(?<![\w]){re.escape(a)}(?![\w])" if a[0].isalnum() else re.escape(a) for a, _ in table)
+    lookup = {a: b for a, b in table}
+
+    def swap(match: re.Match) -> str:
+        word = lookup[match.group(0).lower()]
+        return word[:1].upper() + word[1:] if match.group(0)[:1].isupper() else word
+
+    new, count = re.subn(pattern, swap, text, flags=re.IGNORECASE)
+    return new, count > 0
+
+
 # ------------------------------------------------------------------ the generic fallback
 GENERIC_RULES = {
     "direct": "Read the task and the observation, then pick the admissible action that leads straight to the goal.",

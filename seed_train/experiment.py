@@ -39,6 +39,7 @@ from typing import Any, get_args, get_type_hints
 
 from seed_train.config import SeedConfig, field_default
 from seed_train.logs import read_metrics
+from seed_train.preflight import check_skill_source
 from seed_train.progress import clock
 from seed_train.seed_statistics import COMPARISON_HEADER, READING_NOTE, comparison_row, sample_sd
 
@@ -233,7 +234,7 @@ class Experiment:
             if "opd_coef" not in arm_overrides(arm) and not uses_opd(base, arm):
                 raise ValueError(f"arm {arm!r} uses the OPD term: config field 'opd_coef' must be > 0")
             try:
-                experiment.arm_config(arm, seeds[0])
+                check_skill_source(experiment.arm_config(arm, seeds[0]))
             except ValueError as e:  # e.g. a skill source or field this version of SeedConfig lacks
                 raise ValueError(f"arm {arm!r}: {e}") from None
         experiment.check_manifest()

@@ -51,7 +51,21 @@ def check_run_setup(cfg: SeedConfig) -> None:
                 kwargs["max_steps"] = spec.max_steps
             obs_mode = check_env(env_id, kwargs, names)
         check_model_sees(cfg.model, spec.env_id, obs_mode, TRAIN_NAMES["env_kwargs"])
+    check_skill_source(cfg)
     check_output_dir(cfg.output_dir, TRAIN_NAMES["output_dir"])
+
+
+def check_skill_source(cfg: SeedConfig) -> None:
+    """A skill source the env cannot serve fails here, not after Stage 1: the wrong-rule controls need the
+    env's ``wrong_rule`` (``agent_defaults.wrong_rule``)."""
+    from seed_envs import wrong_rule_for
+
+    if cfg.opd_coef == 0 or cfg.skill_source not in ("wrong_rule", "static_wrong"):
+        return
+    if wrong_rule_for(cfg.env_id) is None:
+        raise SetupError(f"config field 'skill_source': {cfg.skill_source} needs the env's wrong_rule (a function "
+                         f"beside its hindsight rule, declared as agent_defaults.wrong_rule); {cfg.env_id} "
+                         f"declares none")
 
 
 def check_model_sees(model: str, env_id: str, obs_mode: str, name: str) -> None:

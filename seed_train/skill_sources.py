@@ -266,11 +266,10 @@ def make_skill_source(cfg: SeedConfig, model: torch.nn.Module | None = None) -> 
     kind = cfg.skill_source
     if kind in ("wrong_rule", "static_wrong"):
         from seed_envs import wrong_rule_for
+        from seed_train.preflight import check_skill_source
 
+        check_skill_source(cfg)  # the env declares a wrong_rule
         rewrite = wrong_rule_for(cfg.env_id)
-        if rewrite is None:
-            raise SetupError(f"config field 'skill_source': {kind} needs the env's wrong_rule (a function beside its "
-                             f"hindsight rule); {cfg.env_id} declares none")
         inner = StaticLibrary(load_library(cfg.static_skills)) if kind == "static_wrong" else OnPolicyAnalyzer(cfg)
         return WrongRule(inner, rewrite, kind)
     if kind == "static":

@@ -241,7 +241,6 @@ def test_a_group_with_a_failed_member_is_dropped_whole_by_default_or_keeps_its_s
 def test_a_run_whose_every_episode_fails_skips_its_updates_and_stops_after_n_iterations(tmp_path):
     """Every task's env is down: each iteration makes no update (warned), the run stops with one line at
     --max-failed-iterations, the failed episodes are in the trajectory file and the weights are unchanged."""
-    from seed_train.cli import main_train
     from seed_train.trainer import RunStopped, train
 
     model = cached_tiny_model(seed=0)

@@ -103,8 +103,13 @@ def test_arms_table_and_plan_validation(tmp_path, tiny_path):
         Experiment.plan(SeedConfig(**{**base.to_dict(), "stage1_demos": 0}), ["sft-grpo"], [0], tmp_path / "x")
     # Every arm's overrides are values SeedConfig accepts (the static arms also need a library file, the
     # category shuffle balanced Stage 2 draws, the wrong-rule arm an env with a wrong_rule).
-    needs = {"seed-static", "seed-static-wrong", "seed-shuffled-categories"}
+    needs = {"seed-static", "seed-static-wrong", "seed-shuffled-categories", "seed-wrong-rule"}
     Experiment.plan(base, [a for a in ARMS if a not in needs], [0], tmp_path / "all")
+    # The wrong-rule control needs the env's wrong_rule: refused at planning, not after Stage 1.
+    with pytest.raises(ValueError, match="arm 'seed-wrong-rule'.*skill_source.*test/Echo-v0 declares none"):
+        Experiment.plan(base, ["sft-grpo", "seed-wrong-rule"], [0], tmp_path / "x")
+    for env_id in ("seed/EZPoints-v0", "seed/Sokoban-v0", "seed/CodeLock-v0"):
+        Experiment.plan(SeedConfig(**{**base.to_dict(), "env_id": env_id}), ["seed-wrong-rule"], [0], tmp_path / "w")
     Experiment.plan(SeedConfig(**{**base.to_dict(), "stage2_balance_categories": True}), ["seed-shuffled-categories"],
                     [0], tmp_path / "cat")
     with pytest.raises(ValueError, match="arm 'seed-shuffled-categories'.*balance"):

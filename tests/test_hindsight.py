@@ -477,6 +477,31 @@ def test_sokoban_success_kinds():
     assert sk.hindsight_rule(two).kind == "workflow/multi"
 
 
+
+def test_sokoban_wrong_rule_turns_each_rule_into_losing_advice():
+    """The content control's rewrite, against texts written out by hand: the push side and direction,
+    corners, walls and planning reversed; direction words swapped once (never swapped back); a skill that
+    names none of these becomes the fixed losing rule. Every rule of the table changes."""
+    import seed_envs
+    from seed_envs.sokoban import hindsight as sk
+
+    assert seed_envs.wrong_rule_for("seed/Sokoban-v0") is sk.wrong_rule
+    expected = {
+        sk.SUCCESS_RULES["straight"]:
+            "Walk to the side of the box facing the target, then push it straight away from the target.",
+        sk.FAILURE_RULES["corner"]:
+            "Always push a box into a corner without a target; it can always move out again.",
+        sk.FAILURE_RULES["off_target"]: "Once a box is on a target, push it further; pushing it off makes progress.",
+        "move Up, then left twice, and push down.": "move Down, then right twice, and push up.",
+        "Avoid pushing toward walls.": "Seek pushing away from walls.",
+        "The box is red.": sk.WRONG_RULE,
+    }
+    for text, wrong in expected.items():
+        assert sk.wrong_rule(text, "6x6-1box") == wrong and sk.wrong_rule(text, "8x8-2box") == wrong
+    for rule in [*sk.SUCCESS_RULES.values(), *sk.FAILURE_RULES.values()]:
+        wrong = sk.wrong_rule(rule, "6x6-1box")
+        assert wrong != rule and wrong != sk.WRONG_RULE and abs(len(wrong) - len(rule)) <= 12
+
 # ---------------------------------------------------------------------------------- unit: ALFWorld
 def test_alfworld_failure_detectors():
     from seed_envs.alfworld import hindsight as al

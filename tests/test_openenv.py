@@ -30,7 +30,7 @@ from seed_agents.contract import ContractChecker  # noqa: E402
 from seed_agents.openenv_server import BackgroundServe, make_app, start_server_process  # noqa: E402
 from seed_agents.serve_limits import ServeLimits  # noqa: E402
 from seed_envs.openenv import MAX_ACTION_CHARS  # noqa: E402
-from seed_envs.openenv.client import RemoteEnv, RemoteEnvError  # noqa: E402
+from seed_envs.openenv.client import RemoteEnvError  # noqa: E402
 
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -313,7 +313,7 @@ def test_the_agent_stack_over_a_remote_env_gives_the_same_prompts_and_steps():
     with BackgroundServe("seed/Sokoban-v0", {"split": "test", "max_steps": 15}) as url:
         remote = make_agent_env("seed/Remote-v0", split="test", env_kwargs={"url": url})
         local = make_agent_env("seed/Sokoban-v0", split="test", max_steps=15)
-        (robs, rinfo), (lobs, linfo) = remote.reset(seed=4), local.reset(seed=4)
+        (robs, _), (lobs, _) = remote.reset(seed=4), local.reset(seed=4)
         assert robs["prompt"] == lobs["prompt"] and "Sokoban" in robs["prompt"]
         for answer in ("<think>go</think><action>up</action>", "up", "left, then down", "<action>right</action>"):
             r, l = remote.step(answer), local.step(answer)

@@ -2,7 +2,6 @@
 and log-probs recorded at the sampling temperature, on the tiny model."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

@@ -51,6 +51,33 @@ def test_recipe_loads_names_its_env_and_runs_as_it_says(name):
         assert cfg.model.startswith("models/Qwen2.5") and cfg.device == "cuda"
 
 
+
+@pytest.mark.parametrize("name", [n for n in recipe_names() if "seed-train experiment" in recipe_path(n).read_text()])
+def test_a_recipes_experiment_command_plans(name, tmp_path):
+    """The arms and seeds a recipe's own experiment command names pass the experiment's planning (every arm
+    valid for the env: a content control the env cannot serve would fail only after Stage 1)."""
+    import json
+    import shlex
+
+    from seed_train.experiment import Experiment
+
+    line = next(ln for ln in recipe_path(name).read_text().splitlines() if "seed-train experiment" in ln)
+    words = shlex.split(line.split("seed-train experiment", 1)[1])
+
+    def values(flag: str) -> list[str]:
+        start = words.index(flag) + 1
+        end = next((i for i in range(start, len(words)) if words[i].startswith("--")), len(words))
+        return words[start:end]
+
+    data = _read_yaml(name)
+    if "--static-skills" in words:  # the library the command's first line writes
+        library = tmp_path / "rules.json"
+        library.write_text(json.dumps({"any": "a rule"}))
+        data["static_skills"] = str(library)
+    base = SeedConfig.from_dict(data)
+    plan = Experiment.plan(base, values("--arms"), [int(v) for v in values("--seeds")], tmp_path / "out")
+    assert plan.arms and plan.seeds
+
 @pytest.mark.parametrize("prefix", sorted(PAPER_ENVS))
 def test_paper_recipes_hold_the_papers_settings(prefix):
     cfg = SeedConfig.from_dict(_read_yaml(f"{prefix}-paper"))

@@ -9,12 +9,9 @@ deal's own numbers would not transfer to another deal.
 """
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
-
 from seed_envs.ezpoints.env import FACE_HINTS
 from seed_envs.ezpoints.formula import OPERATORS, FormulaError, is_number, tokenize
-from seed_envs.hindsight import EpisodeRecord, HindsightRule, avoidance, invalid_indices, workflow
+from seed_envs.hindsight import EpisodeRecord, HindsightRule, avoidance, invalid_indices, swap_phrases, workflow
 
 _WHOLE_FORMULA_MODE = "whole formula in one step"  # EZPointsEnv._instruction's wording for action_mode="formula"
 _FACE_RANKS = ("J", "Q", "K")
@@ -141,20 +138,6 @@ _TO_ADD = (("multiplying", "adding"), ("multiplied", "added"), ("multiplication"
 WRONG_RULES = {"sum": SUCCESS_RULES["product"], "product": SUCCESS_RULES["sum"]}
 
 
-def _rewrite(text: str, table: Sequence[tuple[str, str]]) -> tuple[str, bool]:
-    """``text`` with every phrase of ``table`` replaced by its partner (whole words, case-insensitive, one
-    pass so a replacement is never rewritten again); and whether anything was replaced."""
-    pattern = "|".join(rf"(?<![\w]){re.escape(a)}(?![\w])" if a[0].isalnum() else re.escape(a) for a, _ in table)
-    lookup = {a: b for a, b in table}
-
-    def swap(match: re.Match) -> str:
-        word = lookup[match.group(0).lower()]
-        return word[:1].upper() + word[1:] if match.group(0)[:1].isupper() else word
-
-    new, count = re.subn(pattern, swap, text, flags=re.IGNORECASE)
-    return new, count > 0
-
-
 def wrong_rule(text: str, category: str) -> str:
     """A skill of the same format whose rule is wrong for ``category``: every operator word of a ``sum``
     deal's skill turned into multiplication, of a ``product`` deal's into addition (so the policy's own
@@ -163,5 +146,5 @@ def wrong_rule(text: str, category: str) -> str:
     where no single operator is right) keep their text."""
     if category not in WRONG_RULES:
         return text
-    new, changed = _rewrite(text, _TO_MULTIPLY if category == "sum" else _TO_ADD)
+    new, changed = swap_phrases(text, _TO_MULTIPLY if category == "sum" else _TO_ADD)
     return new if changed else WRONG_RULES[category]

@@ -184,6 +184,7 @@ class SokobanEnv(SeedEnv):
         max_steps=15,
         tool_verbs=tuple(ToolVerb(d, f"Move {d} (pushes a box in the way).", d) for d in ("up", "down", "left", "right")),
         hindsight="seed_envs.sokoban.hindsight:hindsight_rule",
+        wrong_rule="seed_envs.sokoban.hindsight:wrong_rule",
     )
 
     def __init__(

@@ -7,12 +7,14 @@ no target on it), a box pushed off its target, invalid actions, stepping back an
 walls, and running out of moves. Successes give the push pattern the room needed (straight, with a
 turn, several boxes). Rules name no direction sequence: the episode's moves fit only its own room.
 With ``obs_mode="image"`` the text has no board and only the board-free checks apply.
+
+:func:`wrong_rule` is the content control's rewrite: the same skill turned into advice that loses rooms.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seed_envs.hindsight import EpisodeRecord, HindsightRule, avoidance, invalid_indices, workflow
+from seed_envs.hindsight import EpisodeRecord, HindsightRule, avoidance, invalid_indices, swap_phrases, workflow
 from seed_envs.sokoban.render import SYMBOLS
 
 _WALL, _FLOOR, _TARGET, _BOX, _BOX_ON_TARGET, _PLAYER, _PLAYER_ON_TARGET = SYMBOLS
@@ -206,3 +208,29 @@ def hindsight_rule(record: EpisodeRecord) -> HindsightRule:
             kind = "straight" if len(set(push_directions(record))) <= 1 else "turn"
         return workflow(kind, SUCCESS_RULES, SUCCESS_SUMMARIES)
     return avoidance(failure_kind(record), FAILURE_RULES, FAILURE_SUMMARIES)
+
+
+# ------------------------------------------------------------------ the wrong-rule content control
+# Each phrase a Sokoban rule turns on, mapped to one of about the same length that makes the advice lose the
+# room: push from the target's side, away from it, into corners, and every direction word reversed. Longer
+# phrases first (the swap tries them in this order at each position).
+_WRONG_PHRASES = (
+    ("check the board before moving", "move before checking the board"),
+    ("off walls and out of corners", "against walls and in corners"), ("a single direction word", "a full sentence"),
+    ("one box at a time", "every box at once"), ("walk around it", "push it further"),
+    ("undoes progress", "makes progress"), ("to the target", "away from the target"),
+    ("to a target", "away from a target"), ("in line with", "out of line with"), ("in few moves", "in many moves"),
+    ("away from", "towards"), ("towards", "away from"), ("toward", "away from"), ("opposite", "facing"),
+    ("onto", "away from"), ("do not", "always"), ("never", "always"), ("avoid", "seek"), ("wastes", "saves"),
+    ("first", "last"), ("up", "down"), ("down", "up"), ("left", "right"), ("right", "left"),
+)
+#: A skill that names none of those phrases (a garbled or off-topic one) is replaced by this losing rule.
+WRONG_RULE = "Push the box into the nearest corner first, then walk away from the target."
+
+
+def wrong_rule(text: str, category: str) -> str:
+    """A skill of the same format whose advice loses the room, whatever its size (``category``): the push
+    side, the push direction, the advice about corners, walls and planning, and every direction word
+    reversed (:data:`_WRONG_PHRASES`); a skill that names none of them becomes :data:`WRONG_RULE`."""
+    new, changed = swap_phrases(text, _WRONG_PHRASES)
+    return new if changed else WRONG_RULE
