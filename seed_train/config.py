@@ -254,6 +254,12 @@ class SeedConfig:
                                                 "(one reset per train task to read its category) instead of as the "
                                                 "train panel holds them: a rare category (EZPoints' product deals, one train deal in "
                                                 "eight) gets as many demos, and skills, as a common one")
+    stage1_failure_demos: int = _f(0, "extra Stage 1 episodes on other train tasks, every move a random admissible "
+                                      "action (the env's info['admissible_actions']): they mostly fail, so the "
+                                      "analyzer learns the env's failure rules, not only success ones (an expert that "
+                                      "replans from any state rarely loses; on Sokoban never). Each gives a skill pair "
+                                      "and act pairs only where a random move was the expert's. An env that lists no "
+                                      "admissible actions plays them as expert episodes")
     stage1_skill_acting: bool = _f(False, "Stage 1 also trains acting with the demo's skill block in the prompt (OPD's "
                                           "teacher prompt): the policy learns to read a skill, so the teacher can differ "
                                           "from the student in the skill's direction (a small model otherwise reacts to "
@@ -362,7 +368,7 @@ class SeedConfig:
                      "stage1_skill_repeats",
                      "ppo_epochs", "minibatch_size", "skill_max_new_tokens", "eval_samples"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "must be an int >= 1")
-        for name in ("stage1_demos", "iterations", "analyzer_retries", "skill_min_words", "eval_limit", "max_prompt_tokens",
+        for name in ("stage1_demos", "stage1_failure_demos", "iterations", "analyzer_retries", "skill_min_words", "eval_limit", "max_prompt_tokens",
                      "max_failed_iterations",
                      "micro_batch_size", "checkpoint_every", "analyzer_images", "threads"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 0, name, "must be an int >= 0")

@@ -416,6 +416,10 @@ def draw_tasks(panel: Sequence[str], categories: Sequence[str] | None, n: int, r
     return sample_tasks_by_category(panel, categories, n, rng)
 
 
+#: Reset seeds of Stage 1's random-move episodes start here (plus the run's seed): apart from the demos' own.
+FAILURE_DEMO_SEED_OFFSET = 500_000
+
+
 def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None],
                layout: ReplicatedWeights | None = None) -> dict[str, float]:
     """Demonstrations (collected identically on every rank), SFT pairs, then SFT with ``layout``'s weights
@@ -432,6 +436,16 @@ def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None],
     by_category = Counter(t.category for t in demos)
     say(f"Stage 1: demos by category{' (balanced)' if cfg.stage1_balance_categories else ''}: "
         + ", ".join(f"{name} {n}" for name, n in sorted(by_category.items())))
+    if cfg.stage1_failure_demos:
+        # Random play on tasks of the same draw rule, from their own generator and reset seeds (so the expert
+        # demos above are the same with or without them).
+        failure_tasks = draw_tasks(panel, categories, cfg.stage1_failure_demos,
+                                   np.random.default_rng([cfg.seed, 1_000_002]))
+        played = collect_demonstrations(spec, failure_tasks, seed=cfg.seed + FAILURE_DEMO_SEED_OFFSET,
+                                        noise=1.0, perturbed_share=1.0)
+        say(f"Stage 1: {len(played)} episodes of random moves for failure rules: "
+            f"{sum(not t.success for t in played)} failed")
+        demos = demos + played
     pairs = sft_pairs(demos, policy.codec, spec.action_format, annotate=stage1_annotator(demos, cfg),
                       analyzer_images=cfg.analyzer_images, skill_acting=cfg.stage1_skill_acting)
     pairs = repeat_skill_pairs(pairs, cfg.stage1_skill_repeats)

@@ -735,6 +735,40 @@ def test_stage1_skill_acting_is_a_config_field_that_reaches_run_stage1(tmp_path)
     assert int(counts["skill_act"]) == int(counts["act"]) > 0 and int(counts["skill"]) == 3, line
 
 
+
+def test_stage1_failure_demos_add_random_play_whose_failure_rules_the_analyzer_learns(tmp_path, monkeypatch):
+    """Sokoban's expert replans from any state, so its demos (perturbed ones too) all win and Stage 1 never
+    shows the analyzer a failure rule. ``stage1_failure_demos`` adds random-move episodes: they lose, their
+    skill pairs carry the env's failure rules, and the expert demos are the same as without them."""
+    from seed_envs.sokoban.hindsight import FAILURE_RULES
+    from seed_train import trainer as trainer_module
+    from seed_train.tiny import cached_tiny_model
+
+    assert SeedConfig().stage1_failure_demos == 0
+    with pytest.raises(ValueError, match="stage1_failure_demos"):
+        SeedConfig(stage1_failure_demos=-1)
+    trained: dict[int, list] = {}
+    said: dict[int, list[str]] = {0: [], 4: []}
+    for extra in (0, 4):
+        monkeypatch.setattr(trainer_module, "sft_train", lambda model, pairs, **k: trained.setdefault(extra, pairs)
+                            and [1.0, 0.5])
+        cfg = SeedConfig(env_id="seed/Sokoban-v0", model=str(cached_tiny_model(seed=0)), lora=False, history=0,
+                         action_format="plain", max_steps=15, stage1_demos=3, stage1_failure_demos=extra,
+                         stage1_epochs=1, output_dir=str(tmp_path / f"run{extra}"))
+        policy = trainer_module.load(cfg)
+        trainer_module.run_stage1(policy, cfg, said[extra].append)
+    decode = policy.codec.tokenizer.decode
+    skills = {n: [decode(p.response_ids) for p in pairs if p.kind == "skill"] for n, pairs in trained.items()}
+    assert len(skills[0]) == 3 and len(skills[4]) == 7
+    assert not any(rule in text for text in skills[0] for rule in FAILURE_RULES.values())  # the expert never lost
+    failures = [text for text in skills[4][3:] if any(rule in text for rule in FAILURE_RULES.values())]
+    (line,) = [x for x in said[4] if "episodes of random moves" in x]
+    assert len(failures) == int(re.search(r"(\d+) failed", line).group(1)) >= 2
+    # The expert demos' pairs come first and are unchanged by the extra episodes.
+    n_expert = len(trained[0])
+    assert [(p.prompt_ids, p.response_ids, p.kind) for p in trained[4][:n_expert]] == \
+        [(p.prompt_ids, p.response_ids, p.kind) for p in trained[0]]
+
 def test_sample_tasks_by_category_balances_and_is_seeded():
     from seed_train.rollout import sample_tasks_by_category
 
