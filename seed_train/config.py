@@ -254,12 +254,11 @@ class SeedConfig:
                                                 "(one reset per train task to read its category) instead of as the "
                                                 "train panel holds them: a rare category (EZPoints' product deals, one train deal in "
                                                 "eight) gets as many demos, and skills, as a common one")
-    stage1_failure_demos: int = _f(0, "extra Stage 1 episodes on other train tasks, every move a random admissible "
-                                      "action (the env's info['admissible_actions']): they mostly fail, so the "
-                                      "analyzer learns the env's failure rules, not only success ones (an expert that "
-                                      "replans from any state rarely loses; on Sokoban never). Each gives a skill pair "
-                                      "and act pairs only where a random move was the expert's. An env that lists no "
-                                      "admissible actions plays them as expert episodes")
+    stage1_failure_demos: int = _f(0, "extra Stage 1 episodes on other train tasks, every move random (an admissible "
+                                      "action; where the env lists none, one of its verbs on words of the page): they "
+                                      "mostly fail, so the analyzer learns the env's failure rules, not only success "
+                                      "ones (an expert that replans from any state rarely loses; on Sokoban never). "
+                                      "Each gives a skill pair, and act pairs only where a random move was the expert's")
     stage1_skill_acting: bool = _f(False, "Stage 1 also trains acting with the demo's skill block in the prompt (OPD's "
                                           "teacher prompt): the policy learns to read a skill, so the teacher can differ "
                                           "from the student in the skill's direction (a small model otherwise reacts to "

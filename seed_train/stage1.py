@@ -2,7 +2,7 @@
 
 The env's expert plays train tasks through the same wrapper stack the policy uses, so the prompts
 are exactly the ones the policy will see. Some demo episodes are *perturbed* (the expert's move is
-replaced by a random admissible one with probability ``noise``): they give failures for avoidance
+replaced by a random move with probability ``noise``, :func:`random_move`): they give failures for avoidance
 skills, and, since the expert replans from whatever state it is in, their expert steps are
 recovery demonstrations. Two kinds of SFT pairs come out:
 
@@ -21,8 +21,10 @@ recovery demonstrations. Two kinds of SFT pairs come out:
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -61,9 +63,8 @@ def collect_demonstrations(spec: EnvSpec, task_ids: Sequence[str], *, seed: int,
         while True:
             best = expert(obs, info)
             action = best
-            if perturbed and info.get("admissible_actions") and rng.random() < noise:
-                choices = info["admissible_actions"]
-                action = choices[int(rng.integers(len(choices)))]
+            if perturbed and rng.random() < noise:
+                action = random_move(obs, info, tools, rng)
             suggestions.append(best)
             obs, _, terminated, truncated, info = env.step(format_response(action, spec.action_format, tools=tools))
             if terminated or truncated:
@@ -74,6 +75,21 @@ def collect_demonstrations(spec: EnvSpec, task_ids: Sequence[str], *, seed: int,
     bar.close()
     env.close()
     return finished
+
+
+def random_move(obs: Any, info: dict, tools: Sequence[Any], rng: np.random.Generator) -> str:
+    """A random move: one of the step's admissible actions; where the env lists none, one of its verbs
+    (``agent_defaults.tool_verbs``; else the generic ``act``) with 1-3 consecutive words of the observation
+    as every argument (SearchQA: a search or an answer of words the page shows, which mostly loses)."""
+    choices = info.get("admissible_actions")
+    if choices:
+        return choices[int(rng.integers(len(choices)))]
+    text = obs.get("text", "") if isinstance(obs, dict) else str(obs)
+    words = re.findall(r"[A-Za-z0-9']+", text) or ["nothing"]
+    start = int(rng.integers(len(words)))
+    argument = " ".join(words[start:start + 1 + int(rng.integers(3))])
+    verb = tools[int(rng.integers(len(tools)))]
+    return verb.action.format(**{name: argument for name in verb.args})
 
 
 def sft_pairs(trajectories: Sequence[Trajectory], codec, action_format: str,
