@@ -536,7 +536,40 @@ def test_sokoban_wrong_rule_turns_each_rule_into_losing_advice():
         wrong = sk.wrong_rule(rule, "6x6-1box")
         assert wrong != rule and wrong != sk.WRONG_RULE and abs(len(wrong) - len(rule)) <= 12
 
+
 # ---------------------------------------------------------------------------------- unit: ALFWorld
+def test_alfworld_wrong_rule_sends_each_task_type_to_another_types_step():
+    """Against texts written out by hand: heat <-> cool, clean -> heat, lamp -> sink basin, place -> use a
+    lamp, two objects -> one; a rule naming none of its type's words becomes the other type's workflow."""
+    import seed_envs
+    from seed_envs.alfworld import hindsight as ah
+
+    assert seed_envs.wrong_rule_for("seed/ALFWorld-v0") is ah.wrong_rule
+    heat, cool, clean = "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_clean_then_place_in_recep"
+    cases = [
+        (ah.SUCCESS_RULES[heat], heat,
+         "Find and take the object, cool it with the fridge, then place it in the target receptacle."),
+        (ah.FAILURE_RULES["skipped_cool"], cool,
+         "Heat the object with the microwave before placing it; unheated it does not count."),
+        ("Wash the mug in the sinkbasin 1, then put it in the cabinet.", clean,
+         "Heat the mug in the microwave 1, then put it in the cabinet."),
+        (ah.SUCCESS_RULES["look_at_obj_in_light"], "look_at_obj_in_light",
+         "Find and take the object, then go to a sink basin and use the sink basin while holding it."),
+        ("Go to the desklamp 1 and turn on the light.", "look_at_obj_in_light",
+         "Go to the sinkbasin 1 and turn on the water."),
+        (ah.SUCCESS_RULES["pick_and_place_simple"], "pick_and_place_simple",
+         "Find the object in likely receptacles, take it, go to the target receptacle and use the lamp."),
+        (ah.FAILURE_RULES["one_of_two"], "pick_two_obj_and_place",
+         "The task needs one object: after placing the first, stop there."),
+        (ah.FAILURE_RULES["invalid"], heat, ah.SUCCESS_RULES[cool]),  # names no heating: cool's workflow
+        ("Anything at all.", "some_new_type", "Anything at all."),
+    ]
+    for text, category, wrong in cases:
+        assert ah.wrong_rule(text, category) == wrong, (text, category)
+    for category in ah.WRONG_TYPE:  # every type's own workflow is rewritten, never kept
+        assert ah.wrong_rule(ah.SUCCESS_RULES[category], category) != ah.SUCCESS_RULES[category]
+
+
 def test_alfworld_failure_detectors():
     from seed_envs.alfworld import hindsight as al
 

@@ -140,6 +140,7 @@ class AlfWorldEnv(SeedEnv):
                      {"action": "the action text"}),
         ),
         hindsight="seed_envs.alfworld.hindsight:hindsight_rule",
+        wrong_rule="seed_envs.alfworld.hindsight:wrong_rule",
         shorten="seed_envs.alfworld.shorten:shorten",
     )
 

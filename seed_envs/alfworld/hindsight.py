@@ -7,11 +7,13 @@ or receptacle numbers. A failure is checked, most decisive first, for a skipped 
 (placed the object unheated, never used the lamp, placed one of two objects), many invalid commands,
 loops over the same places or commands, never taking the object, never placing it, and running out
 of steps.
+
+:func:`wrong_rule` is the content control's rewrite: the rule sent to another task type's appliance.
 """
 from __future__ import annotations
 
 from seed_envs.hindsight import (WORKFLOW, EpisodeRecord, HindsightRule, avoidance, invalid_indices, max_repeat,
-                                 workflow)
+                                 swap_phrases, workflow)
 
 #: The verb and the appliance of the task types that change the object before placing it.
 PROCESS = {
@@ -107,3 +109,42 @@ def hindsight_rule(record: EpisodeRecord) -> HindsightRule:
             return HindsightRule("Solved the task.", _GENERIC_SUCCESS, f"{WORKFLOW}/task")
         return workflow(record.category, SUCCESS_RULES, SUCCESS_SUMMARIES)
     return avoidance(failure_kind(record), FAILURE_RULES, FAILURE_SUMMARIES)
+
+
+# ------------------------------------------------------------------ the wrong-rule content control
+#: The task type whose workflow a type's wrong rule follows: another appliance, or the wrong last step.
+WRONG_TYPE = {
+    "pick_heat_then_place_in_recep": "pick_cool_then_place_in_recep",
+    "pick_cool_then_place_in_recep": "pick_heat_then_place_in_recep",
+    "pick_clean_then_place_in_recep": "pick_heat_then_place_in_recep",
+    "look_at_obj_in_light": "pick_clean_then_place_in_recep",
+    "pick_and_place_simple": "look_at_obj_in_light",
+    "pick_two_obj_and_place": "pick_and_place_simple",
+}
+# Each type's words for its own step, mapped to the WRONG_TYPE's (longer phrases first: the swap tries them
+# in this order at each position, and never rewrites a replacement).
+_WRONG_PHRASES = {
+    "pick_heat_then_place_in_recep": (("unheated", "uncooled"), ("heating", "cooling"), ("heated", "cooled"),
+                                      ("heat", "cool"), ("microwave", "fridge")),
+    "pick_cool_then_place_in_recep": (("uncooled", "unheated"), ("cooling", "heating"), ("cooled", "heated"),
+                                      ("cool", "heat"), ("fridge", "microwave")),
+    "pick_clean_then_place_in_recep": (("unwashed", "unheated"), ("cleaning", "heating"), ("cleaned", "heated"),
+                                       ("washed", "heated"), ("clean", "heat"), ("wash", "heat"),
+                                       ("sink basin", "microwave"), ("sinkbasin", "microwave"), ("sink", "microwave")),
+    "look_at_obj_in_light": (("desk lamp", "sink basin"), ("floor lamp", "sink basin"), ("desklamp", "sinkbasin"),
+                             ("floorlamp", "sinkbasin"), ("lamp", "sink basin"), ("light", "water")),
+    "pick_and_place_simple": (("place it", "use the lamp"), ("put it", "use the lamp")),
+    "pick_two_obj_and_place": (("two objects", "one object"), ("both objects", "one object"),
+                               ("find the second and place it too", "stop there"), ("two", "one"), ("both", "one")),
+}
+
+
+def wrong_rule(text: str, category: str) -> str:
+    """A skill of the same format whose rule fails ``category``'s task: its own step's words turned into
+    :data:`WRONG_TYPE`'s (heat <-> cool with microwave <-> fridge, clean -> heat at the microwave, the lamp ->
+    the sink basin, placing -> using a lamp, two objects -> one); a skill that names none of them becomes
+    :data:`WRONG_TYPE`'s workflow rule. An unknown category keeps its text."""
+    if category not in WRONG_TYPE:
+        return text
+    new, changed = swap_phrases(text, _WRONG_PHRASES[category])
+    return new if changed else SUCCESS_RULES[WRONG_TYPE[category]]
