@@ -677,6 +677,37 @@ def test_searchqa_detectors():
     assert qa.hindsight_rule(_rec(["search[x]", "answer[y]"], success=True, category="comparison")).kind == "workflow/comparison"
 
 
+
+def test_searchqa_and_webshop_wrong_rules_give_losing_advice():
+    """Against texts written out by hand; a skill naming none of the rewritten phrases becomes the fixed
+    losing rule (SearchQA's per category, WebShop's one)."""
+    import seed_envs
+    from seed_envs.searchqa import hindsight as qh
+    from seed_envs.webshop import hindsight as wh
+
+    assert seed_envs.wrong_rule_for("seed/SearchQA-v0") is qh.wrong_rule
+    assert seed_envs.wrong_rule_for("seed/WebShop-v0") is wh.wrong_rule
+    cases = [
+        (qh.wrong_rule, qh.SUCCESS_RULES["single_hop"], "single_hop",
+         "Search the entity the question names, then answer with a guess of your own."),
+        (qh.wrong_rule, qh.SUCCESS_RULES["comparison"], "comparison",
+         "Search only the first entity, ignore the asked facts, then answer with one name."),
+        (qh.wrong_rule, qh.FAILURE_RULES["no_search"], "bridge",
+         "Always answer from memory: search the entity the question names, then answer from its passage."),
+        (qh.wrong_rule, "Use the tags.", "comparison", qh.WRONG_RULES["comparison"]),
+        (qh.wrong_rule, "Use the tags.", "new_kind", qh.WRONG_RULES["single_hop"]),
+        (wh.wrong_rule, wh.SUCCESS_RULES["options"], "beauty",
+         "Search the product type and key attributes, take the first result, skip every option, then buy now."),
+        (wh.wrong_rule, wh.FAILURE_RULES["price"], "food",
+         "Ignore the price and the instruction's limit after buying; buy even if it costs more."),
+        (wh.wrong_rule, "Read the page.", "food", wh.WRONG_RULE),
+    ]
+    for rewrite, text, category, wrong in cases:
+        assert rewrite(text, category) == wrong, text
+    for rewrite, rules, category in ((qh.wrong_rule, qh.SUCCESS_RULES, "bridge"), (wh.wrong_rule, wh.SUCCESS_RULES, "x")):
+        for rule in rules.values():
+            assert rewrite(rule, category) != rule
+
 def test_repeat_skill_pairs_repeats_skill_pairs_only_in_order():
     act = [SFTPair([1], [2], "act"), SFTPair([3], [4], "act")]
     skill = SFTPair([5], [6], "skill")

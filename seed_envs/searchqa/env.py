@@ -192,6 +192,7 @@ class SearchQAEnv(SeedEnv):
         history=4,
         max_steps=4,
         hindsight="seed_envs.searchqa.hindsight:hindsight_rule",
+        wrong_rule="seed_envs.searchqa.hindsight:wrong_rule",
         tool_verbs=(ToolVerb("search", "Query the search engine; its results come back next step.", "search[{query}]",
                              {"query": "the search query"}),
                     ToolVerb("answer", "Give the final answer (ends the episode).", "answer[{text}]",

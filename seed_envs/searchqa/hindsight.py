@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from seed_envs.hindsight import EpisodeRecord, HindsightRule, avoidance, invalid_indices, workflow
+from seed_envs.hindsight import EpisodeRecord, HindsightRule, avoidance, invalid_indices, swap_phrases, workflow
 from seed_envs.searchqa.metrics import normalize_answer
 
 _ACTION = re.compile(r"\s*(search|answer)\s*\[(.*)\]\s*", re.DOTALL | re.IGNORECASE)
@@ -92,3 +92,34 @@ def hindsight_rule(record: EpisodeRecord) -> HindsightRule:
     if record.success:
         return workflow(question_kind(record.category), SUCCESS_RULES, SUCCESS_SUMMARIES)
     return avoidance(failure_kind(record), FAILURE_RULES, FAILURE_SUMMARIES)
+
+
+# ------------------------------------------------------------------ the wrong-rule content control
+# The phrases the rules turn on, mapped to advice that loses: answer from memory, search one entity where two
+# are needed, stop before the second hop, guess instead of copying (longer phrases first).
+_WRONG_PHRASES = (
+    ("search each of the two entities separately", "search only the first entity"),
+    ("search both entities before answering", "answer after searching one entity"),
+    ("then search the entity it links to", "then answer with that entity"),
+    ("find the linked entity in its passage, search that too", "take its name from the question, search nothing more"),
+    ("with the exact words its passage gives", "with a guess of your own"),
+    ("copied from a retrieved passage, not a guess", "of your own guess, not from a passage"),
+    ("never answer from memory", "always answer from memory"), ("one passage cannot settle it", "one passage settles it"),
+    ("do not repeat a query", "repeat the same query"), ("answer right away", "keep searching"),
+    ("search again", "answer anyway"), ("compare", "ignore"),
+)
+#: Per category, the losing rule for a skill that names none of those phrases.
+WRONG_RULES = {
+    "single_hop": "Answer at once from memory, without searching; the passages only waste steps.",
+    "bridge": "Search the named entity, then answer with its own name; do not search a second entity.",
+    "comparison": "Search only the first entity, then answer with its name without checking the other one.",
+}
+
+
+def wrong_rule(text: str, category: str) -> str:
+    """A skill of the same format whose advice loses ``category``'s question: search one entity where two
+    are needed, stop before the second hop, answer from memory or with a guess (:data:`_WRONG_PHRASES`); a
+    skill that names none of them becomes the category's :data:`WRONG_RULES` entry (single-hop's for an
+    unknown category)."""
+    new, changed = swap_phrases(text, _WRONG_PHRASES)
+    return new if changed else WRONG_RULES.get(category, WRONG_RULES["single_hop"])

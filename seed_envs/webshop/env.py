@@ -185,6 +185,7 @@ class WebShopEnv(SeedEnv):
         history=2,
         max_steps=15,
         hindsight="seed_envs.webshop.hindsight:hindsight_rule",
+        wrong_rule="seed_envs.webshop.hindsight:wrong_rule",
         shorten="seed_envs.webshop.shorten:shorten",
         tool_verbs=(ToolVerb("search", "Search the shop (from the search page).", "search[{query}]",
                              {"query": "what to search for"}),

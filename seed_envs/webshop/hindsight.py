@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from seed_envs.hindsight import EpisodeRecord, HindsightRule, avoidance, invalid_indices, workflow
+from seed_envs.hindsight import EpisodeRecord, HindsightRule, avoidance, invalid_indices, swap_phrases, workflow
 
 _SEP = "[SEP]"
 _BUY = "click[buy now]"
@@ -120,3 +120,26 @@ def hindsight_rule(record: EpisodeRecord) -> HindsightRule:
         offered = buy_step is not None and bool(page_options(record.observations[buy_step]))
         return workflow("options" if chose or offered else "no_options", SUCCESS_RULES, SUCCESS_SUMMARIES)
     return avoidance(failure_kind(record), FAILURE_RULES, FAILURE_SUMMARIES)
+
+
+# ------------------------------------------------------------------ the wrong-rule content control
+# The phrases the rules turn on, mapped to advice that buys the wrong thing: skip the options, ignore the
+# price and the title, buy the first result unopened (longer phrases first).
+_WRONG_PHRASES = (
+    ("click every option the instruction names", "click no option, whatever the instruction names"),
+    ("click each named option", "skip every option"), ("check the price against", "ignore the price and"),
+    ("check the title matches", "never check the title against"), ("check the price", "ignore the price"),
+    ("open a matching title", "take the first title"), ("open the best match", "open the first result"),
+    ("open a match", "take the first result"), ("go back if it costs more", "buy even if it costs more"),
+    ("otherwise go back", "and buy it anyway"), ("before buying", "after buying"),
+)
+#: A skill that names none of those phrases becomes this losing rule (WebShop's categories share it).
+WRONG_RULE = "Buy the first search result at once, without opening it, choosing options or checking the price."
+
+
+def wrong_rule(text: str, category: str) -> str:
+    """A skill of the same format whose advice buys the wrong item: options skipped, price and title
+    unchecked, the first result taken (:data:`_WRONG_PHRASES`); a skill that names none of them becomes
+    :data:`WRONG_RULE`. The product category does not change it."""
+    new, changed = swap_phrases(text, _WRONG_PHRASES)
+    return new if changed else WRONG_RULE
