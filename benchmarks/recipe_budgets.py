@@ -6,7 +6,8 @@ For each recipe, and for the env's own defaults (the stack a config without env 
 expert plays ``--tasks`` tasks of the split through the trainer's env stack (Stage 1's demonstration
 collector, no perturbation) and every prompt is tokenized as the policy sees it (chat template, the
 recipe's model: SmolLM2-135M for the cpu recipes). Prints steps per episode (min / median / max) against
-the stack's step budget, and prompt tokens (median / max) against the model's context. The figures in the
+the stack's step budget, and prompt tokens (median / max) against the model's context, and the expert's answers in
+tokens as the policy writes them (answer format and eos) against ``max_new_tokens``. The figures in the
 recipes' comments and docs/recipes.md come from this script.
 """
 from __future__ import annotations
@@ -21,6 +22,8 @@ from seed_train.evaluate import panel_of
 from seed_train.recipes import recipe_names
 from seed_train.stage1 import collect_demonstrations
 from seed_train.trainer import env_spec
+from wrappers import format_response
+from wrappers.stack import default_tools
 
 ENV_SETTINGS = ("template", "history", "action_format", "max_steps")  # what "the env's own defaults" leaves unset
 
@@ -32,7 +35,12 @@ def measure(cfg: SeedConfig, split: str, tasks: int, codec) -> dict:
     demos = collect_demonstrations(spec, chosen, seed=0, perturbed_share=0.0)
     steps = [len(t.steps) for t in demos]
     prompts = [len(codec.encode(s.prompt)) for t in demos for s in t.steps]
-    return {"budget": cfg.env_default("max_steps"), "steps": steps, "prompts": prompts,
+    # The expert's answer as the policy must write it (the recipe's answer format, then eos): the tokens
+    # max_new_tokens must leave room for, or the answer is cut before it closes.
+    tools = default_tools(spec.env_id)
+    answers = [len(codec.encode_response(format_response(s.action, spec.action_format, tools=tools)))
+               for t in demos for s in t.steps]
+    return {"budget": cfg.env_default("max_steps"), "steps": steps, "prompts": prompts, "answers": answers,
             "won": sum(t.success for t in demos)}
 
 
@@ -48,8 +56,9 @@ def main() -> None:
     from seed_train.policy import resolve_model
 
     print(f"split {args.split}, {args.tasks} tasks spread over the panel, expert play\n")
-    print("| env stack | episodes won | steps min / median / max (budget) | prompt tokens median / max |")
-    print("|---|---:|---|---|")
+    print("| env stack | episodes won | steps min / median / max (budget) | prompt tokens median / max "
+          "| answer tokens median / max (max_new_tokens) |")
+    print("|---|---:|---|---|---|")
     for name in args.recipes:
         recipe = SeedConfig.from_dict(_read_yaml(name))
         codec = prompt_codec(AutoTokenizer.from_pretrained(str(resolve_model(recipe.model))))
@@ -57,7 +66,8 @@ def main() -> None:
         for label, cfg in ((f"{recipe.env_id} (its own defaults)", own), (name, recipe)):
             m = measure(cfg, args.split, args.tasks, codec)
             print(f"| {label} | {m['won']}/{len(m['steps'])} | {min(m['steps'])} / {statistics.median(m['steps']):g} / "
-                  f"{max(m['steps'])} ({m['budget']}) | {statistics.median(m['prompts']):g} / {max(m['prompts'])} |")
+                  f"{max(m['steps'])} ({m['budget']}) | {statistics.median(m['prompts']):g} / {max(m['prompts'])} | "
+                  f"{statistics.median(m['answers']):g} / {max(m['answers'])} ({cfg.max_new_tokens}) |")
 
 
 if __name__ == "__main__":

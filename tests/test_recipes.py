@@ -120,6 +120,26 @@ def test_recipes_command_lists_and_prints(capsys):
     assert "no recipe '../cli'" in capsys.readouterr().err
 
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in recipe_names() if n.endswith("-cpu")])
+def test_a_cpu_recipes_answer_budget_fits_the_experts_answers(name):
+    """max_new_tokens leaves room for every expert answer of 12 train tasks as the policy must write it (the
+    recipe's answer format, SmolLM2's tokens, eos): a shorter budget cuts the answer before it closes, an
+    invalid action Stage 1 cannot teach away (webshop-cpu had 24 for searches of up to 44 tokens)."""
+    from script_loader import load_script
+    from transformers import AutoTokenizer
+
+    from seed_train.codec import prompt_codec
+    from seed_train.policy import resolve_model
+
+    cfg = SeedConfig.from_dict(_read_yaml(name))
+    if cfg.env_id in ("seed/WebShop-v0", "seed/ALFWorld-v0"):
+        pytest.importorskip("alfworld" if "ALF" in cfg.env_id else "flask", reason="the env's extra is not installed")
+    codec = prompt_codec(AutoTokenizer.from_pretrained(str(resolve_model(cfg.model))))
+    m = load_script("benchmarks/recipe_budgets.py").measure(cfg, "train", 12, codec)
+    assert m["won"] == 12 and max(m["answers"]) <= cfg.max_new_tokens, (m["answers"], cfg.max_new_tokens)
+
 def test_recipe_budgets_benchmark_measures_expert_episodes_and_prompts():
     """benchmarks/recipe_budgets.py, which backs the recipes' budget comments, on a small case: EZPoints'
     expert writes a formula of 4 tokens, one per step; every prompt is counted."""
@@ -133,3 +153,4 @@ def test_recipe_budgets_benchmark_measures_expert_episodes_and_prompts():
     m = bench.measure(SeedConfig.from_dict(_read_yaml("ezpoints-cpu")), "train", 3, codec)
     assert m["steps"] == [4, 4, 4] and m["won"] == 3 and m["budget"] == 5
     assert len(m["prompts"]) == 12 and min(m["prompts"]) > 20
+    assert len(m["answers"]) == 12 and max(m["answers"]) <= 3  # a card or an operator, then eos
