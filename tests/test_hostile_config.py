@@ -170,6 +170,15 @@ def test_bad_env_settings_fail_before_the_model_loads(tmp_path, capsys, no_model
     assert not (tmp_path / "run").exists()
 
 
+
+def test_a_content_control_the_env_cannot_serve_fails_before_the_model_loads(tmp_path, capsys, no_model_load,
+                                                                             stub_model):
+    import toy_env  # noqa: F401  (registers test/Echo-v0, which declares no wrong_rule)
+
+    refused(capsys, main_train(train_argv(tmp_path, stub_model, "--env-id", "test/Echo-v0", "--skill-source",
+                                          "wrong_rule")), "'skill_source'", "test/Echo-v0 declares none")
+    assert not (tmp_path / "run").exists()
+
 def test_missing_data_dir_is_named(tmp_path, capsys, no_model_load, stub_model):
     missing = tmp_path / "no-boxoban"
     code = main_train(train_argv(tmp_path, stub_model, "--env-id", "seed/Sokoban-v0",
