@@ -19,7 +19,7 @@ format, max_steps, max_new_tokens; tests/test_benchmarks_env_iterations.py holds
   sokoban     Sokoban, its default template, history 0, plain, 15 steps, 4 new tokens (~290-token prompts)
   searchqa    SearchQA, its default template, history 1, its own tags, 4 steps, 24 new tokens
   alfworld    ALFWorld (generated games), its default template, history 1, plain, 15 steps, 16 new tokens
-  webshop     WebShop (generated catalog), its default template, history 0, plain, 8 steps, 24 new tokens
+  webshop     WebShop (generated catalog), its default template, history 0, plain, 8 steps, 48 new tokens
 Each setting plays the same jobs (same tasks, reset and sampling seeds) on each path (``--paths``):
   plain       every prompt run whole (``prefix_sharing=False``)
   shared      shared prompt heads within a call (``turn_reuse=False``)
@@ -67,7 +67,7 @@ SETTINGS = {
     "searchqa": dict(env_id="seed/SearchQA-v0", template=None, history=1, action_format="tags", max_steps=4,
                      max_new_tokens=24),
     "alfworld": dict(env_id="seed/ALFWorld-v0", template=None, history=1, max_steps=15, max_new_tokens=16),
-    "webshop": dict(env_id="seed/WebShop-v0", template=None, history=0, max_steps=8, max_new_tokens=24),
+    "webshop": dict(env_id="seed/WebShop-v0", template=None, history=0, max_steps=8, max_new_tokens=48),
 }
 # What a setting leaves out: plain answers, 5 steps, 8 new tokens (the quickstart's).
 SETTING_DEFAULTS = dict(action_format="plain", max_steps=5, max_new_tokens=8)
