@@ -165,23 +165,37 @@ def _link(section: str) -> str:
     return "#" + section.split("#", 1)[1]
 
 
-def readme_block() -> str:
+def readme_block(sources: list[tuple[str, list[dict]]] | None = None) -> str:
     """README's compact table: per experiment with 3 seeds or more, SEED against SFT+GRPO and against its
     content controls on the test panel, at seed level (mean difference over seeds with its interval, and the
-    exact test's p with its floor)."""
+    exact test's p with its floor). ``sources``: (experiment name, seed-level comparisons) pairs; default,
+    every recorded and transcribed experiment."""
     rows = ["| experiment | seeds | split | comparison | mean difference [95% CI] | sign-flip p (floor) | detectable |",
             "|---|---:|---|---|---|---|---:|"]
     wanted = {("seed", "sft-grpo"), ("seed", "seed-shuffled-tasks"),
               ("seed", "seed-empty"), ("seed", "seed-wrong-rule"), ("seed", "seed-shuffled-categories"),
+              ("seed", "seed-constant-gate"), ("seed", "seed-frozen"),
               ("seed-static", "seed-static-wrong"), ("seed-static", "seed-empty"), ("seed-static", "sft-grpo")}
-    sources = [(e["name"] + " (record)", e["seed_level"]) for e in recorded_experiments()]
-    sources += [(e["name"], e["seed_level"]) for e in transcribed_experiments()]
+    if sources is None:
+        sources = [(e["name"] + " (record)", e["seed_level"]) for e in recorded_experiments()]
+        sources += [(e["name"], e["seed_level"]) for e in transcribed_experiments()]
     for name, comparisons in sources:
+        success = {(c["a"], c["b"]): c for c in comparisons if c["split"] == "test"}
         for c in comparisons:  # the test panel, 3 seeds or more (unseen, fewer seeds, other pairs: docs/results.md)
-            if (c["a"], c["b"]) not in wanted or c["split"] not in ("test", "test (score)") or c["n"] < 3:
+            if c["split"] not in ("test", "test (score)") or c["n"] < 3:
                 continue
-            lo, hi = c["ci95"]
-            rows.append(f"| {name} | {c['n']} | {c['split']} | {c['a']} − {c['b']} | {c['mean_diff']:+.3f} "
+            same = success.get((c["a"], c["b"]))
+            if (c["split"] == "test (score)" and same is not None
+                    and (same["a_per_seed"], same["b_per_seed"]) == (c["a_per_seed"], c["b_per_seed"])):
+                continue  # an env whose score is its success (EZPoints): the score row would repeat it
+            if (c["a"], c["b"]) in wanted:
+                a, b, diff, (lo, hi) = c["a"], c["b"], c["mean_diff"], c["ci95"]
+            elif (c["b"], c["a"]) in wanted:  # an experiment that ordered the pair the other way: SEED first
+                a, b, diff, (lo, hi) = c["b"], c["a"], -c["mean_diff"], (-c["ci95"][1], -c["ci95"][0])
+            else:
+                continue
+            # The sign-flip test is two-sided and 'detectable' is a size: both hold for either order.
+            rows.append(f"| {name} | {c['n']} | {c['split']} | {a} − {b} | {diff:+.3f} "
                         f"[{lo:+.3f}, {hi:+.3f}] | {c['p_sign_flip']:.3g} ({c['p_floor']:.3g}) | {c['detectable']:.3f} |")
     return "\n".join(rows)
 

@@ -50,3 +50,22 @@ def test_update_sizes_at_iteration_zero_and_over_the_run_with_ratios_to_the_cont
     assert "| seed | 0.0100 / 0.0200 | 0.25 (1) | 0.0150 / 0.0150 | 0.40 (2) |" in table
     assert "| sft-grpo | 0.0400 / - | 1.00 (1) | 0.0300 / 0.0500 | 1.00 (2) |" in table
     assert results_tables.update_size_table(Record(header={}, units={("arm", 0, "seed"): unit([])}), [0]) == []
+
+
+def test_readme_rows_put_seed_first_and_skip_score_rows_that_repeat_success():
+    def comparison(a, b, split, a_vals, b_vals, mean, ci):
+        return {"a": a, "b": b, "split": split, "n": len(a_vals), "a_per_seed": a_vals, "b_per_seed": b_vals,
+                "mean_diff": mean, "ci95": ci, "p_sign_flip": 0.25, "p_floor": 0.25, "detectable": 0.1}
+
+    same_score = [comparison("sft-grpo", "seed", "test", [0.8, 0.6, 0.7], [0.7, 0.7, 0.4], 0.1, [-0.1, 0.3]),
+                  comparison("sft-grpo", "seed", "test (score)", [0.8, 0.6, 0.7], [0.7, 0.7, 0.4], 0.1, [-0.1, 0.3])]
+    own_score = [comparison("seed", "seed-empty", "test", [0.5, 0.5, 0.5], [0.4, 0.5, 0.5], 0.033, [0.0, 0.1]),
+                 comparison("seed", "seed-empty", "test (score)", [0.6, 0.7, 0.6], [0.5, 0.5, 0.6], 0.1, [0.0, 0.2]),
+                 comparison("seed", "seed-empty", "unseen", [0.5, 0.5, 0.5], [0.4, 0.5, 0.5], 0.033, [0.0, 0.1]),
+                 comparison("seed", "seed-other", "test", [0.5, 0.5, 0.5], [0.4, 0.5, 0.5], 0.033, [0.0, 0.1])]
+    rows = results_tables.readme_block([("a", same_score), ("b", own_score)]).splitlines()[2:]
+    # SFT+GRPO - SEED is shown as SEED - SFT+GRPO: the sign and the interval flip; the score row repeats it.
+    assert rows[0] == "| a | 3 | test | seed − sft-grpo | -0.100 [-0.300, +0.100] | 0.25 (0.25) | 0.100 |"
+    # A score that differs from success keeps its row; unseen and unlisted controls stay in docs/results.md.
+    assert rows[1:] == ["| b | 3 | test | seed − seed-empty | +0.033 [+0.000, +0.100] | 0.25 (0.25) | 0.100 |",
+                        "| b | 3 | test (score) | seed − seed-empty | +0.100 [+0.000, +0.200] | 0.25 (0.25) | 0.100 |"]
