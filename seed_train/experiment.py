@@ -67,6 +67,8 @@ ARM_TABLE: dict[str, tuple[dict[str, Any], str]] = {
 ARMS: dict[str, dict[str, Any]] = {name: overrides for name, (overrides, _) in ARM_TABLE.items()}
 DEFAULT_ARMS = ("grpo", "sft-grpo", "seed", "seed-shuffled")
 DEFAULT_SPLITS = ("unseen", "test")
+#: How an evaluation's progress lines name the policy (the unit's own line names the seed and the arm).
+EVAL_LABELS = {"before": "before training", "after_stage1": "after Stage 1", "after": "after Stage 2"}
 
 # Fields the experiment sets per unit (the base config's values are ignored).
 MANAGED_FIELDS = ("seed", "output_dir", "eval_before", "eval_after", "eval_after_stage1", "save_final", "resume",
@@ -415,7 +417,8 @@ class Experiment:
             path = folder / f"{name}.trajectories.jsonl"
             summary = evaluate_policy(policy.backend, policy.codec, env_spec(cfg, split),
                                       max_new_tokens=cfg.max_new_tokens, limit=cfg.eval_limit, seed=seed,
-                                      trajectories_path=path, env_backend=cfg.env_backend, **eval_decoding(cfg, policy))
+                                      trajectories_path=path, env_backend=cfg.env_backend,
+                                      progress=EVAL_LABELS.get(stage, stage), **eval_decoding(cfg, policy))
             write_report(summary, folder, name)
             out[split] = {"summary": summary, "tasks": episode_outcomes(list(read_trajectories(path)))}
         return out

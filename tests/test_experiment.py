@@ -172,6 +172,10 @@ def test_experiment_two_arms_two_seeds_shared_stage1_paired_and_resumable(tmp_pa
     assert main_train(argv) == 0
     out = capsys.readouterr().out
     assert "[1/8] seed 0 before training" in out and "[8/8] seed 1 arm seed: done" in out and "ETA" in out
+    # Each evaluation names its policy, split and episode count as it starts (a long one then prints done / total).
+    for label, policies in (("before training", 2), ("after Stage 1", 2), ("after Stage 2", 4)):  # 2 seeds, 2 arms
+        for split in ("unseen", "test"):
+            assert out.count(f"evaluating {label}: test/Echo-v0 {split}, 4 episodes") == policies, (label, split)
     assert calls == {"stage1": 2, "train": 6}  # one Stage 1 per seed; per seed: the Stage 1 run + 2 arms
 
     for seed in (0, 1):
