@@ -124,6 +124,13 @@ def main() -> None:
         if total:
             print(f"  after a {'success' if success else 'failure'}: {by_outcome[(success, True)]}/{total} valid")
     print(f"rollout success: {sum(t.success for t in trajectories)}/{n}")
+    invalid = [st for st in steps if st.invalid_action and not st.format_error]
+    if invalid:
+        # What the env refused (the action as parsed): the first words name the kind (a click on no button, ...).
+        kinds = Counter(" ".join(st.action.split()[:2]) for st in invalid)
+        print(f"invalid actions by their first words: {', '.join(f'{k!r} {c}' for k, c in kinds.most_common(8))}")
+        for st in invalid[: args.examples]:
+            print(f"  step {st.index}: {st.action[:120]!r}")
     if replays:
         print(f"valid skills that replay their episode's actions: {sum(replays)}/{len(replays)}")
     print(f"time: load + Stage 1 {stage1_s:.0f}s, rollouts {rollout_s:.0f}s, analyzer {analyze_s:.0f}s")
