@@ -218,25 +218,31 @@ def _image_tag(path: Path, alt: str) -> str:
 
 
 def _evaluation_table(evaluations: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """Per category, for each evaluation (before training, after Stage 1, after training): success with its
+    Wilson interval and n, the mean steps per episode and the share of steps whose output parsed as an action
+    (format-valid: 1 - the summary's ``format_error_rate``), so a stage that taught the format shows apart
+    from one that taught the task."""
     import html
 
     summaries = [s for _, s in evaluations]
-    head = "".join(f"<th colspan=3>{html.escape(label)}</th>" for label, _ in evaluations)
-    sub = "<th>success</th><th>95% CI (Wilson)</th><th>n</th>" * len(evaluations)
+    columns = ("success", "95% CI (Wilson)", "n", "steps", "format-valid")
+    head = "".join(f"<th colspan={len(columns)}>{html.escape(label)}</th>" for label, _ in evaluations)
+    sub = "".join(f"<th>{c}</th>" for c in columns) * len(evaluations)
     rows = []
     for name in category_order(summaries):
         cells = []
         for s in summaries:
             r = s["categories"].get(name)
             if r is None:
-                cells.append("<td>-</td><td>-</td><td>-</td>")
+                cells.append("<td>-</td>" * len(columns))
             else:
                 lo, hi = r["ci95"]
-                cells.append(f"<td>{r['success']:.3f}</td><td>[{lo:.3f}, {hi:.3f}]</td><td>{r['episodes']}</td>")
+                cells.append(f"<td>{r['success']:.3f}</td><td>[{lo:.3f}, {hi:.3f}]</td><td>{r['episodes']}</td>"
+                             f"<td>{r['length']:.1f}</td><td>{1.0 - r.get('format_error_rate', 0.0):.3f}</td>")
         cls = " class=total" if name == "all" else ""
         rows.append(f"<tr{cls}><td>{html.escape(name)}</td>{''.join(cells)}</tr>")
-    score = "".join(f"<td colspan=3>{s['categories']['all']['score']:.3f}</td>" if "all" in s["categories"]
-                    else "<td colspan=3>-</td>" for s in summaries)
+    score = "".join(f"<td colspan={len(columns)}>{s['categories']['all']['score']:.3f}</td>" if "all" in s["categories"]
+                    else f"<td colspan={len(columns)}>-</td>" for s in summaries)
     return (f"<table><tr><th rowspan=2>category</th>{head}</tr><tr>{sub}</tr>{''.join(rows)}"
             f"<tr><td>mean score (all)</td>{score}</tr></table>")
 
@@ -291,7 +297,8 @@ img{max-width:100%;border:1px solid #eee}.note{color:#777}.skill{white-space:pre
 def write_run_report(run_dir: str | Path, *, viewer: bool = True, samples: int = 6) -> Path:
     """``RUN/report.html``: one self-contained page for a trainer's run folder (images inlined).
 
-    Evaluations before training, after Stage 1 and after training with Wilson 95% intervals and a
+    Evaluations before training, after Stage 1 and after training, per category: success with Wilson 95%
+    intervals, mean steps and the format-valid share of steps; a
     before-vs-after chart (``before_after.png``, also written), Stage 1's figures, the training curves and
     a table per iteration, a few skills the policy wrote (``trajectories.jsonl``), the config, and a link
     to the trajectory viewer (``viewer.html``, written here when ``viewer`` and the run is small enough).

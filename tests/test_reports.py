@@ -226,7 +226,9 @@ def test_run_report_has_every_section_escaped_and_links_the_viewer(tmp_path):
     for heading in ("before training", "after Stage 1", "after training", "Stage 1 (skill SFT)", "116 SFT pairs",
                     "Training (Stage 2)", "Skills the policy wrote (iteration 2)", "Config", "env_id"):
         assert heading in page, heading
-    assert "<td>0.600</td><td>[0.387, 0.781]</td><td>20</td>" in page  # 12/20 with its Wilson 95% interval
+    # 12/20 with its Wilson 95% interval, then mean steps and the format-valid share of steps (fake_summary's
+    # episodes have none: 0 steps, nothing unparsed)
+    assert "<td>0.600</td><td>[0.387, 0.781]</td><td>20</td><td>0.0</td><td>1.000</td>" in page
     assert page.count("data:image/png;base64,") == 2  # the before-vs-after chart and the curves, inlined
     assert_png(run / "before_after.png", (400, 300))
     # Model text is escaped, never markup; only the last iteration's skills, two successes and two failures.
@@ -240,6 +242,36 @@ def test_run_report_has_every_section_escaped_and_links_the_viewer(tmp_path):
     (run / "viewer.html").unlink()
     page = write_run_report(run, viewer=False).read_text(encoding="utf-8")
     assert 'href="viewer.html"' not in page and "seed-envs view" in page
+
+
+def test_run_report_lists_steps_and_format_valid_share_per_category_and_stage(tmp_path):
+    """Issue 30 item 6: after each stage the report gives, per category, success, mean steps and the share of
+    steps whose output parsed as an action."""
+    from seed_train.reports import write_run_report
+    from wrappers import Step
+
+    def episode(category, k, steps, unparsed):
+        t = Trajectory(episode_id=f"{category}{k}", env_id="seed/Sokoban-v0", task_id=f"{category}/{k}", task="t",
+                       category=category, split="test")
+        t.steps = [Step(index=i, observation="o", action="up", reward=0.0, format_error=i < unparsed)
+                   for i in range(steps)]
+        return t.finish(success=k == 0, score=0.0)
+
+    run = tmp_path / "run"
+    run.mkdir()
+    # before: 6x6 episodes of 4 and 2 steps, 3 of 6 unparsed; 8x8 one of 5 steps, all parsed
+    write_report(summarize([episode("6x6", 0, 4, 2), episode("6x6", 1, 2, 1), episode("8x8", 0, 5, 0)]), run,
+                 "eval_before")
+    # after Stage 1: every step parsed, 6x6 in 1 and 3 steps
+    write_report(summarize([episode("6x6", 0, 1, 0), episode("6x6", 1, 3, 0), episode("8x8", 0, 5, 0)]), run,
+                 "eval_after_stage1")
+    page = write_run_report(run, viewer=False).read_text(encoding="utf-8")
+    assert page.count("<th>format-valid</th>") == 2 and page.count("<th>steps</th>") == 2
+    six = page[page.index("<td>6x6</td>"):page.index("</tr>", page.index("<td>6x6</td>"))]
+    assert "<td>2</td><td>3.0</td><td>0.500</td>" in six  # before: 2 episodes, 6 steps / 2, 3 of 6 parsed
+    assert "<td>2</td><td>2.0</td><td>1.000</td>" in six  # after Stage 1
+    total = page[page.index("<td>all</td>"):page.index("</tr>", page.index("<td>all</td>"))]
+    assert "<td>3</td><td>3.7</td><td>0.727</td>" in total  # 11 steps / 3 episodes, 8 of 11 parsed
 
 
 def test_run_report_of_a_run_without_evaluations_or_iterations(tmp_path):
