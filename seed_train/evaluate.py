@@ -98,7 +98,7 @@ def evaluate_policy(
     trajectories: list[Trajectory] = []
     bar = None
     if progress is not None:
-        from seed_train.progress import progress_bar, say
+        from seed_train.progress import progress_bar, say, turn_reporter
 
         if dist_info().is_main:
             say(f"evaluating {progress}: {spec.env_id} {spec.split}, {len(units)} episodes "
@@ -117,6 +117,7 @@ def evaluate_policy(
         trajectories += run_episodes(backend, codec, pool, jobs, max_new_tokens=max_new_tokens, greedy=greedy,
                                      temperature=temperature, seed=seed * 1_000_003, stats=stats,
                                      on_finished=None if bar is None else bar.update,
+                                     on_turn=None if bar is None else turn_reporter(bar),
                                      max_prompt_tokens=max_prompt_tokens,
                                      on_trajectory=None if writer is None else writer.write)
     if bar is not None:

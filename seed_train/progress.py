@@ -55,21 +55,35 @@ def _stderr_is_terminal() -> bool:
 
 class ProgressLines:
     """A bar's ``update`` / ``close`` for logs: ``  eval after Stage 1: 12/24 episodes, 1m10s, ETA 1m10s``
-    through :func:`say`, at most every ``every_s`` seconds (none for a phase shorter than that)."""
+    through :func:`say`, at most every ``every_s`` seconds (none for a phase shorter than that).
+
+    Episodes played in one batch often all end at the last turn (Sokoban's rooms run to the step limit),
+    so :meth:`turn` lets the rollout say how far it is between endings: ``0/48 episodes, turn 9 (48
+    playing), 5m00s``, on the same clock."""
 
     def __init__(self, total: int, desc: str, unit: str, every_s: float = LINE_EVERY_S, clock_fn=time.monotonic):
         self.total, self.desc, self.unit, self.every_s, self._now = total, desc, unit, every_s, clock_fn
         self.n = 0
+        self._turn: tuple[int, int] | None = None
         self._start = self._last = clock_fn()
 
     def update(self, n: int = 1) -> None:
         self.n += n
+        self._maybe_say()
+
+    def turn(self, turns: int, playing: int) -> None:
+        """The rollout has played ``turns`` turns of its current batch; ``playing`` episodes go on."""
+        self._turn = (turns, playing)
+        self._maybe_say()
+
+    def _maybe_say(self) -> None:
         now = self._now()
         if now - self._last >= self.every_s and self.n < self.total:
             self._last = now
             elapsed = now - self._start
             eta = elapsed / self.n * (self.total - self.n) if self.n else None
-            say(f"  {self.desc}: {self.n}/{self.total} {self.unit}s, {clock(elapsed)}"
+            where = f", turn {self._turn[0]} ({self._turn[1]} playing)" if self._turn and self._turn[1] else ""
+            say(f"  {self.desc}: {self.n}/{self.total} {self.unit}s{where}, {clock(elapsed)}"
                 + (f", ETA {clock(eta)}" if eta is not None else ""))
 
     def set_postfix(self, *args: Any, **kwargs: Any) -> None:  # (a bar's extra figures: lines leave them out)
@@ -83,6 +97,14 @@ class ProgressLines:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def turn_reporter(bar: Any):
+    """What a rollout's ``on_turn(turns, playing)`` should call for ``bar``: a log's :meth:`ProgressLines.turn`,
+    a terminal bar's postfix (``turn=9, playing=48``)."""
+    if isinstance(bar, ProgressLines):
+        return bar.turn
+    return lambda turns, playing: bar.set_postfix({"turn": turns, "playing": playing}, refresh=False)
 
 
 def say(message: str) -> None:

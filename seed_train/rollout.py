@@ -189,10 +189,13 @@ def run_episodes(
     on_finished: Callable[[int], None] | None = None,
     max_prompt_tokens: int = 0,
     on_trajectory: Callable[[Trajectory], None] | None = None,
+    on_turn: Callable[[int, int], None] | None = None,
 ) -> list[Trajectory]:
     """Play every job to its end; trajectories come back in job order. ``on_finished(k)`` is told each
-    turn how many episodes ended in it (a progress bar's ``update``); ``on_trajectory(t)`` gets each
-    episode's trajectory as it ends (e.g. to write it at once, so a crash later loses nothing played).
+    turn how many episodes ended in it (a progress bar's ``update``); ``on_turn(turns, playing)`` after each
+    turn how many turns were played and how many episodes go on (progress between endings:
+    :func:`seed_train.progress.turn_reporter`); ``on_trajectory(t)`` gets each episode's trajectory as it
+    ends (e.g. to write it at once, so a crash later loses nothing played).
 
     ``max_prompt_tokens`` > 0: an episode whose encoded prompt is longer is not generated for; it ends
     truncated (:class:`wrappers.PromptOverflow`, ``meta["ended_by"] = "prompt_overflow"``) rather than
@@ -293,6 +296,8 @@ def run_episodes(
             on_finished(len(active) - len(still_active))
         active = still_active
         turn += 1
+        if on_turn is not None:
+            on_turn(turn, len(active))
     forget_turns(backend)  # frees the kept KV before the update needs the memory
     if pool.vector_env is None:  # (discarded: a worker died; nothing to drain)
         stats.turns += turn

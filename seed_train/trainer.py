@@ -61,7 +61,7 @@ from seed_train.evaluate import evaluate_policy, markdown_table, panel_of, with_
 from seed_train.reports import evaluation_label, write_run_report
 from seed_train.generation import GenerationBackend, HFGenerateBackend
 from seed_train.logs import MetricsLogger
-from seed_train.progress import bars_disabled, clock, progress_bar, say as say_line
+from seed_train.progress import bars_disabled, clock, progress_bar, say as say_line, turn_reporter
 from seed_train.losses import gate_advantage_covariance, opd_gate, seed_loss
 from seed_train.parallel import ReplicatedWeights, weight_layout_from_env
 from seed_train.policy import (LoraSettings, frozen_copy, load_policy, merge_and_restart_lora,
@@ -527,7 +527,8 @@ def _play_and_score(policy: Policy, cfg: SeedConfig, pool: EnvPool, jobs, rng: n
     with progress_bar(total=len(jobs), desc="rollouts", unit="episode") as bar:
         played = run_episodes(policy.backend, policy.codec, pool, jobs, max_new_tokens=cfg.max_new_tokens,
                               temperature=cfg.temperature, top_p=cfg.top_p, seed=int(rng.integers(2**31)), stats=stats,
-                              on_finished=bar.update, max_prompt_tokens=prompt_budget(cfg, policy))
+                              on_finished=bar.update, on_turn=turn_reporter(bar),
+                              max_prompt_tokens=prompt_budget(cfg, policy))
     times["rollout_s"] = time.perf_counter() - t0
     trajectories, left_out, nonfinite, groups_dropped = usable_episodes(played, cfg.failed_group)
     t0 = time.perf_counter()

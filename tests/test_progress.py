@@ -74,6 +74,51 @@ def test_rollouts_report_each_finished_episode_once(tiny_policy):
     assert sum(finished) == len(trajectories) == 6 and all(k > 0 for k in finished)
 
 
+def test_rollouts_report_every_turn_with_the_episodes_still_playing(tiny_policy):
+    from seed_train.rollout import EnvPool, group_jobs, run_episodes
+
+    pool = EnvPool(echo_spec())
+    turns = []
+    jobs = group_jobs([f"echo/unseen/{2000 + i:04d}" for i in range(3)], 2, base_seed=0, prefix="p")
+    trajectories = run_episodes(tiny_policy.backend, tiny_policy.codec, pool, jobs, max_new_tokens=3, seed=1,
+                                on_turn=lambda t, playing: turns.append((t, playing)))
+    pool.close()
+    longest = max(t.length for t in trajectories)
+    assert [t for t, _ in turns] == list(range(1, longest + 1))
+    # after turn t, the episodes longer than t steps are still playing
+    assert [p for _, p in turns] == [sum(t.length > k for t in trajectories) for k in range(1, longest + 1)]
+
+
+def test_a_log_hears_the_turn_while_no_episode_has_ended_yet(capsys):
+    """A batch whose episodes all run to the step limit ends them together: between the endings the log
+    still gets a line a minute, saying which turn the batch is on."""
+    from seed_train import progress
+
+    now = [0.0]
+    lines = progress.ProgressLines(48, "eval before training", "episode", every_s=60, clock_fn=lambda: now[0])
+    report = progress.turn_reporter(lines)
+    for turn in range(1, 6):  # 5 turns in 50 s: quiet
+        now[0] += 10
+        report(turn, 48)
+    assert capsys.readouterr().out == ""
+    now[0] += 10
+    report(6, 48)
+    assert capsys.readouterr().out == "  eval before training: 0/48 episodes, turn 6 (48 playing), 1m00s\n"
+    now[0] += 60
+    lines.update(8)  # 8 ended at turn 6: the ETA comes from finished episodes
+    assert capsys.readouterr().out == "  eval before training: 8/48 episodes, turn 6 (48 playing), 2m00s, ETA 10m00s\n"
+
+
+def test_a_terminal_bar_shows_the_turn_as_its_postfix(monkeypatch):
+    from seed_train import progress
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    with progress.progress_bar(total=4, desc="rollouts", unit="episode") as bar:
+        assert not isinstance(bar, progress.ProgressLines)
+        progress.turn_reporter(bar)(3, 4)
+        assert bar.postfix == "turn=3, playing=4"
+
+
 def test_a_run_prints_its_phases_above_the_bars_and_writes_its_report(tmp_path, capsys, monkeypatch):
     """Stage 1, rollouts, evaluations and iterations draw bars on the terminal's stderr; the phase and
     iteration lines reach stdout whole (tqdm.write), never glued to a bar frame."""
