@@ -94,3 +94,15 @@ def test_compare_over_seeds_pairs_by_seed():
     assert c["ci95"][0] <= c["mean_diff"] <= c["ci95"][1]
     assert c["detectable"] == pytest.approx(detectable_effect(c["sd_diff"], 3))
     assert c["prob_improvement"] == pytest.approx(probability_of_improvement([0.5, 0.7, 0.6], [0.4, 0.6, 0.65]))
+
+
+def test_a_row_of_one_seed_prints_no_interval():
+    """One seed has no between-seed spread: the row gives the difference and no bootstrap interval (which
+    would be the point itself), and no detectable size."""
+    from seed_train.seed_statistics import comparison_row
+
+    one = compare_over_seeds({0: 0.5}, {0: 0.25}, label_a="seed", label_b="sft-grpo")
+    row = comparison_row(one)
+    assert "+0.250 (1 seed: no interval)" in row and "[+0.250, +0.250]" not in row and row.endswith("| n/a |")
+    two = comparison_row(compare_over_seeds({0: 0.5, 1: 0.5}, {0: 0.25, 1: 0.5}, label_a="a", label_b="b"))
+    assert "+0.125 [+0.000, +0.250]" in two
