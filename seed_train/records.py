@@ -348,9 +348,28 @@ def add_units(experiment: Any, record: Record | None) -> tuple[Record, dict[str,
     if counts["added"]:
         manifest = read_json_file(experiment.out / "experiment.json")
         record.sessions.append({"date": datetime.date.today().isoformat(),
-                                "commands": manifest.get("commands", []),
+                                "commands": [portable_command(c, experiment.out) for c in manifest.get("commands", [])],
                                 "versions": versions(), "units_added": counts["added"]})
     return record, counts
+
+
+def portable_command(command: Sequence[str], folder: str | Path) -> list[str]:
+    """A command line as a committed record keeps it: no path of the machine that ran it. An argument naming
+    the experiment folder (or a path inside it) by an absolute path becomes ``runs/<folder name>/...``
+    (where experiments live in a checkout); another absolute path under the working directory becomes
+    relative to it."""
+    folder = Path(os.path.abspath(folder))
+    cwd = Path.cwd()
+    out = []
+    for arg in command:
+        path = Path(arg)
+        if path.is_absolute():
+            if path == folder or folder in path.parents:
+                arg = (Path("runs") / folder.name / path.relative_to(folder)).as_posix()
+            elif cwd in path.parents:
+                arg = path.relative_to(cwd).as_posix()
+        out.append(arg)
+    return out
 
 
 def record_experiment(folder: str | Path, record_path: str | Path) -> dict[str, int]:

@@ -69,3 +69,18 @@ def test_readme_rows_put_seed_first_and_skip_score_rows_that_repeat_success():
     # A score that differs from success keeps its row; unseen and unlisted controls stay in docs/results.md.
     assert rows[1:] == ["| b | 3 | test | seed − seed-empty | +0.033 [+0.000, +0.100] | 0.25 (0.25) | 0.100 |",
                         "| b | 3 | test (score) | seed − seed-empty | +0.100 [+0.000, +0.200] | 0.25 (0.25) | 0.100 |"]
+
+
+def test_a_record_keeps_commands_without_the_machines_paths(tmp_path, monkeypatch):
+    """A committed record must not name the machine that ran it: the experiment folder becomes runs/NAME and
+    paths under the working directory become relative; other arguments stay as they were."""
+    from seed_train.records import portable_command
+
+    folder = tmp_path / "elsewhere" / "sokoban"
+    monkeypatch.chdir(tmp_path)
+    command = ["seed-train", "experiment", "--config", "sokoban-cpu", "--output-dir", str(folder),
+               "--static-skills", str(tmp_path / "rules.json"), "--resume", str(folder / "seed0" / "ckpt"),
+               "--seeds", "0"]
+    assert portable_command(command, folder) == [
+        "seed-train", "experiment", "--config", "sokoban-cpu", "--output-dir", "runs/sokoban",
+        "--static-skills", "rules.json", "--resume", "runs/sokoban/seed0/ckpt", "--seeds", "0"]
