@@ -117,7 +117,7 @@ def evaluate_policy(
         trajectories += run_episodes(backend, codec, pool, jobs, max_new_tokens=max_new_tokens, greedy=greedy,
                                      temperature=temperature, seed=seed * 1_000_003, stats=stats,
                                      on_finished=None if bar is None else bar.update,
-                                     on_turn=None if bar is None else turn_reporter(bar),
+                                     on_turn=None if bar is None else turn_reporter(bar, spec.step_limit()),
                                      max_prompt_tokens=max_prompt_tokens,
                                      on_trajectory=None if writer is None else writer.write)
     if bar is not None:

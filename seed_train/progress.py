@@ -59,13 +59,16 @@ class ProgressLines:
 
     Episodes played in one batch often all end at the last turn (Sokoban's rooms run to the step limit),
     so :meth:`turn` lets the rollout say how far it is between endings: ``0/48 episodes, turn 9 (48
-    playing), 5m00s``, on the same clock."""
+    playing), 5m00s``, on the same clock. With the episodes' step limit known (``turn_limit``) and every
+    episode left playing in the current batch, the ETA is at most the turns left at the batch's pace so far:
+    one early win among 48 episodes otherwise gave an ETA of 47 times the time it took."""
 
     def __init__(self, total: int, desc: str, unit: str, every_s: float = LINE_EVERY_S, clock_fn=time.monotonic):
         self.total, self.desc, self.unit, self.every_s, self._now = total, desc, unit, every_s, clock_fn
         self.n = 0
+        self.turn_limit: int | None = None  # the episodes' step limit, where the caller knows it
         self._turn: tuple[int, int] | None = None
-        self._start = self._last = clock_fn()
+        self._start = self._last = self._batch_start = self._last_turn = clock_fn()
 
     def update(self, n: int = 1) -> None:
         self.n += n
@@ -73,16 +76,30 @@ class ProgressLines:
 
     def turn(self, turns: int, playing: int) -> None:
         """The rollout has played ``turns`` turns of its current batch; ``playing`` episodes go on."""
-        self._turn = (turns, playing)
+        now = self._now()
+        if self._turn is not None and turns <= self._turn[0]:  # a new batch began after the last one's turn
+            self._batch_start = self._last_turn
+        self._turn, self._last_turn = (turns, playing), now
         self._maybe_say()
+
+    def _eta(self, now: float) -> float | None:
+        """From the episodes ended so far; bounded by the current batch's turns left where every episode
+        still to end plays in it (none waits for a later batch)."""
+        eta = (now - self._start) / self.n * (self.total - self.n) if self.n else None
+        if self.turn_limit and self._turn and self._turn[0] and self.n + self._turn[1] == self.total:
+            turns = self._turn[0]
+            bound = (self._last_turn - self._batch_start) / turns * max(self.turn_limit - turns, 0)
+            eta = bound if eta is None else min(eta, bound)
+        return eta
 
     def _maybe_say(self) -> None:
         now = self._now()
         if now - self._last >= self.every_s and self.n < self.total:
             self._last = now
             elapsed = now - self._start
-            eta = elapsed / self.n * (self.total - self.n) if self.n else None
-            where = f", turn {self._turn[0]} ({self._turn[1]} playing)" if self._turn and self._turn[1] else ""
+            eta = self._eta(now)
+            limit = f"/{self.turn_limit}" if self.turn_limit else ""
+            where = f", turn {self._turn[0]}{limit} ({self._turn[1]} playing)" if self._turn and self._turn[1] else ""
             say(f"  {self.desc}: {self.n}/{self.total} {self.unit}s{where}, {clock(elapsed)}"
                 + (f", ETA {clock(eta)}" if eta is not None else ""))
 
@@ -99,12 +116,15 @@ class ProgressLines:
         self.close()
 
 
-def turn_reporter(bar: Any):
-    """What a rollout's ``on_turn(turns, playing)`` should call for ``bar``: a log's :meth:`ProgressLines.turn`,
-    a terminal bar's postfix (``turn=9, playing=48``)."""
+def turn_reporter(bar: Any, turn_limit: int | None = None):
+    """What a rollout's ``on_turn(turns, playing)`` should call for ``bar``: a log's :meth:`ProgressLines.turn`
+    (``turn_limit``, the episodes' step limit where known, bounds its ETA), a terminal bar's postfix
+    (``turn=9, playing=48``)."""
     if isinstance(bar, ProgressLines):
+        bar.turn_limit = turn_limit
         return bar.turn
-    return lambda turns, playing: bar.set_postfix({"turn": turns, "playing": playing}, refresh=False)
+    return lambda turns, playing: bar.set_postfix(
+        {"turn": f"{turns}/{turn_limit}" if turn_limit else turns, "playing": playing}, refresh=False)
 
 
 def say(message: str) -> None:

@@ -28,6 +28,7 @@ from seed_train.env_backends import SLOT_JOBS, make_vector_env
 from seed_train.generation import GenerationBackend, forget_turns, takes_row_keys
 from seed_train.codec import prompt_codec
 from wrappers import PromptOverflow, TokenizedResponse, Trajectory, TrajectoryRecorder, make_agent_env
+from wrappers.stack import default_max_steps
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,11 @@ class EnvSpec:
     episode_timeout_s: float = 0.0
     # OpenEnv servers serving env_id (seed-envs serve): envs are then seed/Remote-v0 sessions on them.
     remote_urls: tuple[str, ...] = ()
+
+    def step_limit(self) -> int | None:
+        """The episodes' step budget as :func:`wrappers.make_agent_env` resolves it (None: the env's own
+        episode length, not declared)."""
+        return self.max_steps or self.env_kwargs.get("max_steps") or default_max_steps(self.env_id)
 
     def gym_args(self, index: int = 0) -> tuple[str, dict]:
         """The id and ``gym.make`` arguments (split and max_steps aside) of env ``index``: ``env_id`` itself,

@@ -527,7 +527,7 @@ def _play_and_score(policy: Policy, cfg: SeedConfig, pool: EnvPool, jobs, rng: n
     with progress_bar(total=len(jobs), desc="rollouts", unit="episode") as bar:
         played = run_episodes(policy.backend, policy.codec, pool, jobs, max_new_tokens=cfg.max_new_tokens,
                               temperature=cfg.temperature, top_p=cfg.top_p, seed=int(rng.integers(2**31)), stats=stats,
-                              on_finished=bar.update, on_turn=turn_reporter(bar),
+                              on_finished=bar.update, on_turn=turn_reporter(bar, pool.spec.step_limit()),
                               max_prompt_tokens=prompt_budget(cfg, policy))
     times["rollout_s"] = time.perf_counter() - t0
     trajectories, left_out, nonfinite, groups_dropped = usable_episodes(played, cfg.failed_group)

@@ -109,6 +109,54 @@ def test_a_log_hears_the_turn_while_no_episode_has_ended_yet(capsys):
     assert capsys.readouterr().out == "  eval before training: 8/48 episodes, turn 6 (48 playing), 2m00s, ETA 10m00s\n"
 
 
+def test_the_step_limit_bounds_the_eta_while_every_episode_left_is_playing(capsys):
+    """One early win among 48 episodes that all run to a 15-step limit: the ETA from ended episodes
+    (47 x the 60 s the first took) is bounded by the turns left at the batch's pace (6 turns in 60 s,
+    9 left: 90 s); while episodes wait for a later batch, only the ended-episode ETA holds."""
+    from seed_train import progress
+
+    now = [0.0]
+    lines = progress.ProgressLines(48, "eval after Stage 2", "episode", every_s=60, clock_fn=lambda: now[0])
+    report = progress.turn_reporter(lines, turn_limit=15)
+    for turn in range(1, 7):
+        now[0] += 10
+        if turn == 2:
+            lines.update(1)  # one room solved at turn 2
+        report(turn, 47)
+    assert capsys.readouterr().out == "  eval after Stage 2: 1/48 episodes, turn 6/15 (47 playing), 1m00s, ETA 1m30s\n"
+
+    # 16 episodes in two batches of 8: while 8 wait for the second batch, the turn says nothing of the end
+    lines = progress.ProgressLines(16, "rollouts", "episode", every_s=60, clock_fn=lambda: now[0])
+    report = progress.turn_reporter(lines, turn_limit=15)
+    start = now[0]
+    for turn in range(1, 16):  # 5 s a turn; all 8 run to the limit
+        now[0] += 5
+        if turn == 15:
+            lines.update(8)
+        report(turn, 8 if turn < 15 else 0)
+    assert capsys.readouterr().out == "  rollouts: 0/16 episodes, turn 12/15 (8 playing), 1m00s\n"
+    for turn in range(1, 6):  # the second batch, 10 s a turn: its pace, timed from the first batch's end
+        now[0] += 10
+        report(turn, 8)
+    # 125 s in: ended-episode ETA 125 s; the batch's 10 turns left at 50 s / 5 turns: 100 s
+    assert now[0] - start == 125
+    assert capsys.readouterr().out == "  rollouts: 8/16 episodes, turn 5/15 (8 playing), 2m05s, ETA 1m40s\n"
+
+
+def test_an_env_spec_knows_its_step_limit():
+    from seed_train.rollout import EnvSpec
+
+    def spec(**kw):
+        return EnvSpec(env_id="seed/Sokoban-v0", split="test", template=None, history=None, action_format="plain",
+                       format_penalty=0.1, **kw)
+    assert spec().step_limit() == 15  # Sokoban's declared agent budget (the paper's)
+    assert spec(max_steps=6).step_limit() == 6
+    assert spec(env_kwargs={"max_steps": 9}).step_limit() == 9
+    assert spec(env_kwargs={"max_steps": 9}, max_steps=4).step_limit() == 4
+    assert EnvSpec(env_id="test/Echo-v0", split="unseen", template=None, history=None, action_format="plain",
+                   format_penalty=0.0).step_limit() is None
+
+
 def test_a_terminal_bar_shows_the_turn_as_its_postfix(monkeypatch):
     from seed_train import progress
 
