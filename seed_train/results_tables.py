@@ -200,6 +200,53 @@ def readme_block(sources: list[tuple[str, list[dict]]] | None = None) -> str:
     return "\n".join(rows)
 
 
+#: The paper's envs, in the order README's per-env table lists them, with their ``cpu`` recipe.
+PAPER_ENVS = (("seed/EZPoints-v0", "ezpoints-cpu"), ("seed/Sokoban-v0", "sokoban-cpu"),
+              ("seed/SearchQA-v0", "searchqa-cpu"), ("seed/WebShop-v0", "webshop-cpu"),
+              ("seed/ALFWorld-v0", "alfworld-cpu"))
+#: The arm README's per-env table shows as SEED, and its content control: the first present of each.
+SEED_ARMS = ("seed", "seed-static")
+CONTROL_ARMS = ("seed-wrong-rule", "seed-static-wrong", "seed-empty", "seed-shuffled-tasks")
+
+
+def env_block(experiments: list[dict[str, Any]] | None = None) -> str:
+    """README's per-env table: for each paper env (then any other recorded env), each record's mean success
+    over its training seeds before training, after Stage 1 and after Stage 2 per arm (SFT+GRPO, SEED, its
+    content control), per panel; an env with no record gets a row that says so. ``experiments``: default,
+    every committed record."""
+    experiments = recorded_experiments() if experiments is None else experiments
+    rows = ["| env | record | seeds | panel | before | after Stage 1 | SFT+GRPO | SEED | content control |",
+            "|---|---|---:|---|---:|---:|---:|---:|---|"]
+    by_env: dict[str, list[dict[str, Any]]] = {}
+    for e in experiments:
+        by_env.setdefault(e["record"].header["env_id"], []).append(e)
+    envs = [env for env, _ in PAPER_ENVS] + sorted(set(by_env) - {env for env, _ in PAPER_ENVS})
+    recipes = dict(PAPER_ENVS)
+
+    def mean(policies: dict[str, list[float]], name: str | None) -> str:
+        values = policies.get(name) if name else None
+        return f"{sum(values) / len(values):.3f}" if values else "-"
+
+    for env in envs:
+        if env not in by_env:
+            rows.append(f"| {env} | none yet (`{recipes[env]}`) | 0 | - | - | - | - | - | - |")
+            continue
+        for e in by_env[env]:
+            splits, seeds = record_success(e["report"])
+            for split in ("test", "unseen"):
+                policies = splits.get(split)
+                if not policies:
+                    continue
+                seed_arm = next((a for a in SEED_ARMS if a in policies), None)
+                control = next((a for a in CONTROL_ARMS if a in policies), None)
+                rows.append(f"| {env} | [{e['name']}](docs/results.md) | {len(seeds)} | {split} "
+                            f"| {mean(policies, 'before')} | {mean(policies, 'after_stage1')} "
+                            f"| {mean(policies, 'sft-grpo')} | {mean(policies, seed_arm)}"
+                            + (f" ({seed_arm})" if seed_arm not in (None, "seed") else "")
+                            + f" | {mean(policies, control)}" + (f" ({control})" if control else "") + " |")
+    return "\n".join(rows)
+
+
 def replace_block(text: str, name: str, body: str, where: str) -> str:
     """``text`` with its generated block ``name`` (between the :data:`MARK` lines) replaced by ``body``."""
     from seed_envs.catalog import replace_between
@@ -213,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     stale = []
     for path, name, body in ((ROOT / "docs" / "results.md", "results", results_block()),
-                             (ROOT / "README.md", "results", readme_block())):
+                             (ROOT / "README.md", "results", readme_block()),
+                             (ROOT / "README.md", "envs", env_block())):
         text = path.read_text(encoding="utf-8")
         new = replace_block(text, name, body, str(path))
         if new != text:

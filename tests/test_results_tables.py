@@ -84,3 +84,30 @@ def test_a_record_keeps_commands_without_the_machines_paths(tmp_path, monkeypatc
     assert portable_command(command, folder) == [
         "seed-train", "experiment", "--config", "sokoban-cpu", "--output-dir", "runs/sokoban",
         "--static-skills", "rules.json", "--resume", "runs/sokoban/seed0/ckpt", "--seeds", "0"]
+
+
+def test_the_per_env_table_lists_every_paper_env_with_its_record_or_none():
+    from types import SimpleNamespace
+
+    def policy(*values):
+        return {"per_seed": [{"success": v} for v in values]}
+
+    def experiment(name, env_id, policies):
+        report = {"seeds": [0, 1], "splits": {"test": {"policies": policies}}}
+        return {"name": name, "record": SimpleNamespace(header={"env_id": env_id}), "report": report}
+
+    sokoban = experiment("sok", "seed/Sokoban-v0", {
+        "before": policy(0.0, 0.0), "after_stage1": policy(0.4, 0.2), "sft-grpo": policy(0.5, 0.3),
+        "seed": policy(0.6, 0.2), "seed-empty": policy(0.1, 0.1), "seed-wrong-rule": policy(0.0, 0.2)})
+    lock = experiment("lock", "seed/CodeLock-v0", {
+        "after_stage1": policy(0.1, 0.1), "seed-static": policy(0.3, 0.1), "seed-static-wrong": policy(0.0, 0.0),
+        "half-done": {"per_seed": [{"success": 1.0}]}})  # one seed of two: left out, not averaged
+    rows = results_tables.env_block([lock, sokoban]).splitlines()[2:]
+    assert rows[0].startswith("| seed/EZPoints-v0 | none yet (`ezpoints-cpu`) | 0 |")
+    # means over the two seeds; the wrong-rule control wins over the empty skill
+    assert rows[1] == ("| seed/Sokoban-v0 | [sok](docs/results.md) | 2 | test | 0.000 | 0.300 | 0.400 | 0.400 "
+                       "| 0.100 (seed-wrong-rule) |")
+    assert [r.split(" | ")[0] for r in rows[2:5]] == ["| seed/SearchQA-v0", "| seed/WebShop-v0", "| seed/ALFWorld-v0"]
+    assert rows[5] == ("| seed/CodeLock-v0 | [lock](docs/results.md) | 2 | test | - | 0.100 | - | 0.200 (seed-static) "
+                       "| 0.000 (seed-static-wrong) |")
+    assert len(rows) == 6
