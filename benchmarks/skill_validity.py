@@ -10,7 +10,8 @@ the quickstart's settings, ``seed_train.cli.QUICKSTART``, or a recipe's or YAML 
 which the flags given override), then plays fresh rollouts of train tasks
 with the Stage 1 policy and runs Stage 2's analyzer pass on them (``generate_skills``: the same
 analyzer prompt, sampling and ``skill_max_new_tokens``). Prints the share of steps whose action parsed
-and was valid (issue 30's target: >= 90%), the skill valid rate (DESIGN.md's target: >= 80% after
+and was valid (issue 30's target: >= 90%) with examples of the answers that did not parse and the actions
+the env refused, the skill valid rate (DESIGN.md's target: >= 80% after
 Stage 1), split by outcome, the share of valid skills that replay two or more of their
 episode's consecutive actions, and example skills; what an invalid answer looks like is shown from a
 fresh sample of the same prompts. On another env than EZPoints, the quickstart's EZPoints-only
@@ -124,6 +125,12 @@ def main() -> None:
         if total:
             print(f"  after a {'success' if success else 'failure'}: {by_outcome[(success, True)]}/{total} valid")
     print(f"rollout success: {sum(t.success for t in trajectories)}/{n}")
+    unparsed = [st for st in steps if st.format_error]
+    if unparsed:
+        # What the policy wrote that no action parses from (a cut answer, an answer in another format, ...).
+        print(f"format errors: {len(unparsed)}; the first {min(len(unparsed), args.examples)} as written:")
+        for st in unparsed[: args.examples]:
+            print(f"  step {st.index}: {(st.response or '')[:160]!r}")
     invalid = [st for st in steps if st.invalid_action and not st.format_error]
     if invalid:
         # What the env refused (the action as parsed): the first words name the kind (a click on no button, ...).

@@ -1,0 +1,49 @@
+"""Keeps benchmarks/skill_validity.py (issue 30's per-env validity figures) from rotting: Stage 1 on the tiny
+model, fresh rollouts and the analyzer pass, with the report's counts checked against each other."""
+from __future__ import annotations
+
+import re
+import sys
+
+import torch
+from script_loader import load_script
+
+from seed_train.tiny import cached_tiny_model
+
+
+def test_the_report_counts_steps_skills_and_shows_what_did_not_parse(tmp_path, monkeypatch, capsys):
+    script = load_script("benchmarks/skill_validity.py")
+    config = tmp_path / "tiny.yaml"
+    config.write_text(f"""env_id: seed/EZPoints-v0
+model: {cached_tiny_model(seed=0)}
+lora: false
+template: compact
+history: 0
+action_format: tags
+max_steps: 2
+max_new_tokens: 4
+stage1_demos: 2
+stage1_epochs: 1
+stage1_batch_size: 4
+group_size: 2
+skill_max_new_tokens: 8
+analyzer_retries: 0
+threads: 1
+""")
+    monkeypatch.setattr(sys, "argv", ["skill_validity.py", "--config", str(config), "--rollouts", "4",
+                                      "--examples", "2"])
+    with torch.random.fork_rng(devices=[]):  # load() seeds torch: later tests keep their RNG state
+        script.main()
+    out = capsys.readouterr().out
+    actions = re.search(r"actions: (\d+)/(\d+) = \d+% of steps valid .*?; (\d+)% parsed", out)
+    assert actions, out
+    valid, steps, parsed_pct = map(int, actions.groups())
+    assert 0 < steps <= 4 * 2 and valid <= steps  # 4 rollouts of at most max_steps each
+    skills = re.search(r"skill validity: (\d+)/(\d+) =", out)
+    assert skills and int(skills[2]) == 4 and int(skills[1]) <= 4
+    # The untrained tiny model writes no <action> tags: every step is a format error, shown as written.
+    assert parsed_pct == 0 and valid == 0
+    errors = re.search(r"format errors: (\d+); the first (\d+) as written:\n((?:  step \d+: .*\n)*)", out)
+    assert errors and int(errors[1]) == steps and int(errors[2]) == 2, out
+    assert len(errors[3].splitlines()) == 2
+    assert "time: load + Stage 1" in out
