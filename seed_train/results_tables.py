@@ -74,22 +74,38 @@ def comparison_table(comparisons: list[dict[str, Any]]) -> list[str]:
     return lines + [f"| {c['split']} " + comparison_row(c) for c in comparisons]
 
 
-def success_table(splits: dict[str, dict[str, list[float]]], seeds: list[int]) -> list[str]:
-    """Per split and policy: per-seed success and mean ± sd over seeds."""
+def _mean_cell(values: list[float | None]) -> str:
+    """Mean ± sd over the seeds that have a value; with some missing (units still to run), the mean and how
+    many seeds it is over."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return "-"
+    mean = sum(present) / len(present)
+    if len(present) < len(values):
+        return f"{mean:.3f} ({len(present)} of {len(values)} seeds)"
+    return f"{mean:.3f} ± {sample_sd(present):.3f}"
+
+
+def success_table(splits: dict[str, dict[str, list[float | None]]], seeds: list[int]) -> list[str]:
+    """Per split and policy: per-seed success (``-`` where a seed's unit has not run) and mean ± sd over seeds."""
     lines = ["| split | policy | per seed (" + " / ".join(f"s{s}" for s in seeds) + ") | mean ± sd |",
              "|---|---|---|---:|"]
     for split, policies in splits.items():
         for name, values in policies.items():
-            lines.append(f"| {split} | {_label(name)} | {' / '.join(f'{v:.3f}' for v in values)} "
-                         f"| {sum(values) / len(values):.3f} ± {sample_sd(values):.3f} |")
+            cells = " / ".join("-" if v is None else f"{v:.3f}" for v in values)
+            lines.append(f"| {split} | {_label(name)} | {cells} | {_mean_cell(values)} |")
     return lines
 
 
-def record_success(report: dict[str, Any]) -> tuple[dict[str, dict[str, list[float]]], list[int]]:
+def record_success(report: dict[str, Any]) -> tuple[dict[str, dict[str, list[float | None]]], list[int]]:
+    """Per split and policy, success per training seed in ``report["seeds"]`` order (None: not run for it)."""
     seeds = report["seeds"]
-    splits = {split: {name: [r["success"] for r in row["per_seed"]] for name, row in section["policies"].items()
-                      if len(row["per_seed"]) == len(seeds)}
-              for split, section in report["splits"].items()}
+    splits = {}
+    for split, section in report["splits"].items():
+        splits[split] = {}
+        for name, row in section["policies"].items():
+            by_seed = {r["seed"]: r["success"] for r in row["per_seed"]}
+            splits[split][name] = [by_seed.get(s) for s in seeds]
     return splits, seeds
 
 
@@ -223,9 +239,12 @@ def env_block(experiments: list[dict[str, Any]] | None = None) -> str:
     envs = [env for env, _ in PAPER_ENVS] + sorted(set(by_env) - {env for env, _ in PAPER_ENVS})
     recipes = dict(PAPER_ENVS)
 
-    def mean(policies: dict[str, list[float]], name: str | None) -> str:
-        values = policies.get(name) if name else None
-        return f"{sum(values) / len(values):.3f}" if values else "-"
+    def mean(policies: dict[str, list[float | None]], name: str | None) -> str:
+        present = [v for v in policies.get(name) or [] if v is not None] if name else []
+        if not present:
+            return "-"
+        n = len(policies[name])
+        return f"{sum(present) / len(present):.3f}" + (f" ({len(present)} of {n} seeds)" if len(present) < n else "")
 
     for env in envs:
         if env not in by_env:
@@ -243,7 +262,7 @@ def env_block(experiments: list[dict[str, Any]] | None = None) -> str:
                             f"| {mean(policies, 'before')} | {mean(policies, 'after_stage1')} "
                             f"| {mean(policies, 'sft-grpo')} | {mean(policies, seed_arm)}"
                             + (f" ({seed_arm})" if seed_arm not in (None, "seed") else "")
-                            + f" | {mean(policies, control)}" + (f" ({control})" if control else "") + " |")
+                            + (f" | {control}: {mean(policies, control)} |" if control else " | - |"))
     return "\n".join(rows)
 
 

@@ -90,7 +90,7 @@ def test_the_per_env_table_lists_every_paper_env_with_its_record_or_none():
     from types import SimpleNamespace
 
     def policy(*values):
-        return {"per_seed": [{"success": v} for v in values]}
+        return {"per_seed": [{"seed": s, "success": v} for s, v in enumerate(values)]}
 
     def experiment(name, env_id, policies):
         report = {"seeds": [0, 1], "splits": {"test": {"policies": policies}}}
@@ -101,13 +101,25 @@ def test_the_per_env_table_lists_every_paper_env_with_its_record_or_none():
         "seed": policy(0.6, 0.2), "seed-empty": policy(0.1, 0.1), "seed-wrong-rule": policy(0.0, 0.2)})
     lock = experiment("lock", "seed/CodeLock-v0", {
         "after_stage1": policy(0.1, 0.1), "seed-static": policy(0.3, 0.1), "seed-static-wrong": policy(0.0, 0.0),
-        "half-done": {"per_seed": [{"success": 1.0}]}})  # one seed of two: left out, not averaged
+        "sft-grpo": {"per_seed": [{"seed": 1, "success": 0.5}]}})  # seed 0's unit still to run
     rows = results_tables.env_block([lock, sokoban]).splitlines()[2:]
     assert rows[0].startswith("| seed/EZPoints-v0 | none yet (`ezpoints-cpu`) | 0 |")
     # means over the two seeds; the wrong-rule control wins over the empty skill
     assert rows[1] == ("| seed/Sokoban-v0 | [sok](docs/results.md) | 2 | test | 0.000 | 0.300 | 0.400 | 0.400 "
-                       "| 0.100 (seed-wrong-rule) |")
+                       "| seed-wrong-rule: 0.100 |")
     assert [r.split(" | ")[0] for r in rows[2:5]] == ["| seed/SearchQA-v0", "| seed/WebShop-v0", "| seed/ALFWorld-v0"]
-    assert rows[5] == ("| seed/CodeLock-v0 | [lock](docs/results.md) | 2 | test | - | 0.100 | - | 0.200 (seed-static) "
-                       "| 0.000 (seed-static-wrong) |")
+    assert rows[5] == ("| seed/CodeLock-v0 | [lock](docs/results.md) | 2 | test | - | 0.100 | 0.500 (1 of 2 seeds) "
+                       "| 0.200 (seed-static) | seed-static-wrong: 0.000 |")
     assert len(rows) == 6
+
+
+def test_success_tables_show_the_seeds_a_unit_has_not_run_for():
+    report = {"seeds": [0, 1, 2], "splits": {"test": {"policies": {
+        "after_stage1": {"per_seed": [{"seed": 0, "success": 0.4}, {"seed": 1, "success": 0.2},
+                                      {"seed": 2, "success": 0.3}]},
+        "seed": {"per_seed": [{"seed": 2, "success": 0.5}, {"seed": 0, "success": 0.7}]}}}}}
+    splits, seeds = results_tables.record_success(report)
+    assert splits == {"test": {"after_stage1": [0.4, 0.2, 0.3], "seed": [0.7, None, 0.5]}}
+    rows = results_tables.success_table(splits, seeds)[2:]
+    assert rows == ["| test | after Stage 1 | 0.400 / 0.200 / 0.300 | 0.300 ± 0.100 |",
+                    "| test | seed | 0.700 / - / 0.500 | 0.600 (2 of 3 seeds) |"]
