@@ -84,9 +84,10 @@ class ProgressLines:
 
     def _eta(self, now: float) -> float | None:
         """From the episodes ended so far; bounded by the current batch's turns left where every episode
-        still to end plays in it (none waits for a later batch)."""
+        still to end plays in it (none waits for a later batch). ``>=``: an ``update`` for episodes that
+        ended this turn comes before the turn's own count of those still playing."""
         eta = (now - self._start) / self.n * (self.total - self.n) if self.n else None
-        if self.turn_limit and self._turn and self._turn[0] and self.n + self._turn[1] == self.total:
+        if self.turn_limit and self._turn and self._turn[0] and self.n + self._turn[1] >= self.total:
             turns = self._turn[0]
             bound = (self._last_turn - self._batch_start) / turns * max(self.turn_limit - turns, 0)
             eta = bound if eta is None else min(eta, bound)
