@@ -74,8 +74,8 @@ def comparison_table(comparisons: list[dict[str, Any]]) -> list[str]:
     return lines + [f"| {c['split']} " + comparison_row(c) for c in comparisons]
 
 
-def _mean_cell(values: list[float | None]) -> str:
-    """Mean ± sd over the seeds that have a value; with some missing (units still to run), the mean and how
+def _mean_cell(values: list[float | None], with_sd: bool = True) -> str:
+    """Mean (± sd) over the seeds that have a value; with some missing (units still to run), the mean and how
     many seeds it is over."""
     present = [v for v in values if v is not None]
     if not present:
@@ -83,7 +83,7 @@ def _mean_cell(values: list[float | None]) -> str:
     mean = sum(present) / len(present)
     if len(present) < len(values):
         return f"{mean:.3f} ({len(present)} of {len(values)} seeds)"
-    return f"{mean:.3f} ± {sample_sd(present):.3f}"
+    return f"{mean:.3f} ± {sample_sd(present):.3f}" if with_sd else f"{mean:.3f}"
 
 
 def success_table(splits: dict[str, dict[str, list[float | None]]], seeds: list[int]) -> list[str]:
@@ -240,11 +240,7 @@ def env_block(experiments: list[dict[str, Any]] | None = None) -> str:
     recipes = dict(PAPER_ENVS)
 
     def mean(policies: dict[str, list[float | None]], name: str | None) -> str:
-        present = [v for v in policies.get(name) or [] if v is not None] if name else []
-        if not present:
-            return "-"
-        n = len(policies[name])
-        return f"{sum(present) / len(present):.3f}" + (f" ({len(present)} of {n} seeds)" if len(present) < n else "")
+        return _mean_cell(policies.get(name) or [], with_sd=False) if name else "-"
 
     for env in envs:
         if env not in by_env:
