@@ -216,10 +216,16 @@ def readme_block(sources: list[tuple[str, list[dict]]] | None = None) -> str:
     return "\n".join(rows)
 
 
-#: The paper's envs, in the order README's per-env table lists them, with their ``cpu`` recipe.
-PAPER_ENVS = (("seed/EZPoints-v0", "ezpoints-cpu"), ("seed/Sokoban-v0", "sokoban-cpu"),
-              ("seed/SearchQA-v0", "searchqa-cpu"), ("seed/WebShop-v0", "webshop-cpu"),
-              ("seed/ALFWorld-v0", "alfworld-cpu"))
+#: The paper's envs, in the order README's per-env table lists them.
+PAPER_ENVS = ("seed/EZPoints-v0", "seed/Sokoban-v0", "seed/SearchQA-v0", "seed/WebShop-v0", "seed/ALFWorld-v0")
+
+
+def cpu_recipes() -> dict[str, str]:
+    """Each ``*-cpu`` recipe's env id -> the recipe's name (read from the recipes themselves)."""
+    from seed_train.config import _read_yaml
+    from seed_train.recipes import recipe_names, recipe_path
+
+    return {_read_yaml(recipe_path(n))["env_id"]: n for n in recipe_names() if n.endswith("-cpu")}
 #: The arm README's per-env table shows as SEED, and its content control: the first present of each.
 SEED_ARMS = ("seed", "seed-static")
 CONTROL_ARMS = ("seed-wrong-rule", "seed-static-wrong", "seed-empty", "seed-shuffled-tasks")
@@ -236,15 +242,16 @@ def env_block(experiments: list[dict[str, Any]] | None = None) -> str:
     by_env: dict[str, list[dict[str, Any]]] = {}
     for e in experiments:
         by_env.setdefault(e["record"].header["env_id"], []).append(e)
-    envs = [env for env, _ in PAPER_ENVS] + sorted(set(by_env) - {env for env, _ in PAPER_ENVS})
-    recipes = dict(PAPER_ENVS)
+    envs = [*PAPER_ENVS, *sorted(set(by_env) - set(PAPER_ENVS))]
+    recipes = cpu_recipes()
 
     def mean(policies: dict[str, list[float | None]], name: str | None) -> str:
         return _mean_cell(policies.get(name) or [], with_sd=False) if name else "-"
 
     for env in envs:
         if env not in by_env:
-            rows.append(f"| {env} | none yet (`{recipes[env]}`) | 0 | - | - | - | - | - | - |")
+            recipe = f"`{recipes[env]}`" if env in recipes else "no cpu recipe"
+            rows.append(f"| {env} | none yet ({recipe}) | 0 | - | - | - | - | - | - |")
             continue
         for e in by_env[env]:
             splits, seeds = record_success(e["report"])
