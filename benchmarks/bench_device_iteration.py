@@ -3,7 +3,7 @@
     python benchmarks/bench_device_iteration.py --device cuda --dtype bfloat16 [--model DIR | --shape-of DIR]
     python benchmarks/bench_device_iteration.py --prepare-shape build/smollm2-shape   # on the CPU machine
     python benchmarks/bench_device_iteration.py --recipe sokoban-paper --shape-of build/smollm2-shape \
-        --qwen-shape 1.5b --tasks-per-iteration 4 --max-steps 5 --stage1-demos 16     # a paper recipe, cut down
+        --qwen-shape 1.5b --tasks-per-iteration 4 --max-steps 3 --stage1-demos 16     # a paper recipe, cut down
 
 The run is the quickstart's Stage 2 settings (EZPoints, compact template, 3 tasks x group 4, LoRA,
 every Stage 2 phase: rollout, analyzer, teacher/reference scoring, update) with Stage 1 and the
@@ -161,6 +161,8 @@ def main() -> None:
         print(f"GPU peak allocated {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB "
               f"({torch.cuda.get_device_name()})")
     shutil.rmtree(out, ignore_errors=True)
+    if args.shape_of:  # the random-weight model's folder (3 GB at 1.5b)
+        shutil.rmtree(model, ignore_errors=True)
 
 
 if __name__ == "__main__":
