@@ -209,6 +209,11 @@ class SeedConfig:
     lora_targets: list = _f(["q_proj", "k_proj", "v_proj", "o_proj"], "modules LoRA adapts")
     dtype: str = _f("float32", "float32, bfloat16 or float16")
     device: str = _f("cpu", "torch device: cpu, cuda, cuda:1, ...")
+    gradient_checkpointing: bool = _f(False, "recompute each layer's activations in the backward pass instead of "
+                                             "keeping them (transformers' non-reentrant checkpointing; the paper's "
+                                             "launchers turn it on): Stage 1's and Stage 2's updates hold about one "
+                                             "layer's activations for a second forward's time; those updates then "
+                                             "run every sample's prompt whole (a shared head's cache cannot be replayed)")
     freeze_vision: bool = _f(True, "vision-language models: keep the vision tower frozen (--no-freeze-vision "
                                    "trains it too; needs --no-lora, since LoRA adapts the language part only)")
     # --- rollout

@@ -222,8 +222,9 @@ class ShardedWeights(ReplicatedWeights):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         if self.plugin.activation_checkpointing:
-            # transformers' own checkpointing (non-reentrant) works through peft and FSDP2.
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            from seed_train.policy import enable_activation_checkpointing
+
+            enable_activation_checkpointing(model)
         mesh = init_device_mesh(self.device_type, (dist.get_world_size(),))
         kwargs = {"mesh": mesh, "reshard_after_forward": self.plugin.reshard_after_forward,
                   "offload_policy": self.plugin.cpu_offload,

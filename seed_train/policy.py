@@ -338,6 +338,22 @@ def has_lora(model: Any) -> bool:
     return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
 
 
+def enable_activation_checkpointing(model: "torch.nn.Module") -> None:
+    """transformers' activation (gradient) checkpointing, non-reentrant: it works through peft's wrapper
+    and FSDP2 and needs no input that requires grad. Applies in training mode with gradients on only."""
+    enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.2x's name
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def activation_checkpointing_on(model: "torch.nn.Module") -> bool:
+    """Whether any layer of ``model`` checkpoints its activations (the flag transformers sets per module;
+    read directly: the property's name changed between transformers versions)."""
+    return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
+
+
 def frozen_copy(model: "torch.nn.Module") -> "torch.nn.Module":
     """A detached, frozen, eval-mode deep copy: the reference policy for full fine-tuning."""
     ref = copy.deepcopy(model)

@@ -275,7 +275,11 @@ def response_logprobs(
 
     ``prefix_groups`` (one hashable key per row, e.g. the episode index) lets rows with the same key
     share one forward pass over their longest common prompt prefix (see the module docstring); rows
-    whose group is alone or shares fewer than ``MIN_SHARED_PREFIX`` tokens take the plain path.
+    whose group is alone or shares fewer than ``MIN_SHARED_PREFIX`` tokens take the plain path. Not with
+    ``grad=True`` on a model that checkpoints its activations: the backward pass replays each layer's
+    forward, and transformers documents a layer that writes to a cache as unsafe to replay (the cache
+    would be updated twice); every row then takes the plain path (the same log-probs and gradients,
+    the head computed per row).
 
     Vision-language models: a prompt that is a :class:`seed_train.vision.ImagePrompt` is scored with its
     pixel inputs. Such batches take the plain path (the pad tokens of two different images are the same
@@ -284,6 +288,7 @@ def response_logprobs(
     import torch
     import torch.nn.functional as F
 
+    from seed_train.policy import activation_checkpointing_on
     from seed_train.vision import check_image_prompts
 
     if len(prompts) != len(responses):
@@ -306,6 +311,8 @@ def response_logprobs(
 
     if prefix_groups is not None and len(prefix_groups) != n:
         raise ValueError(f"prefix_groups has {len(prefix_groups)} keys for {n} rows")
+    if grad and activation_checkpointing_on(model):
+        prefix_groups = None
     if check_image_prompts(model, prompts):
         prefix_groups = None
     plain, shared = list(range(n)), []

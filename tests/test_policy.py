@@ -213,6 +213,39 @@ def test_shared_prefix_scoring_equals_plain_scoring(tiny_model_dir: Path) -> Non
         response_logprobs(model, prompts, responses, prefix_groups=groups[:-1])
 
 
+@pytest.mark.parametrize("lora", [True, False])
+def test_activation_checkpointing_gives_the_same_logprobs_and_gradients(tiny_model_dir: Path, lora: bool) -> None:
+    """Checkpointed layers recompute their forward in backward: the update's loss and gradients are those of
+    the plain pass, also when the rows share prompt heads (which then run per row: a shared head's cache
+    would take the tail's keys twice on the replay)."""
+    from seed_train.policy import activation_checkpointing_on, enable_activation_checkpointing
+
+    results = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)  # the same LoRA matrices in both models
+        model, tok = load_policy(str(tiny_model_dir), lora=LoraSettings(r=4, alpha=8) if lora else None)
+        with torch.no_grad():  # adapters that change the output (B = 0 at init)
+            for name, param in model.named_parameters():
+                if "lora_B" in name:
+                    param.add_(0.3 * torch.randn(param.shape, generator=torch.Generator().manual_seed(1)))
+        if checkpointing:
+            enable_activation_checkpointing(model)
+        assert activation_checkpointing_on(model) is checkpointing
+        prompts, responses, groups = _episode_batch(tok)
+        model.train()
+        lp, mask = response_logprobs(model, prompts, responses, grad=True, prefix_groups=groups)
+        (lp * mask).sum().backward()
+        results.append((lp.detach(), torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad])))
+        # Without gradients (scoring, generation) nothing is replayed: shared heads stay on and agree.
+        model.eval()
+        with torch.no_grad():
+            shared, _ = response_logprobs(model, prompts, responses, prefix_groups=groups)
+        torch.testing.assert_close(shared, lp.detach(), atol=1e-5, rtol=0)
+    (lp_plain, grad_plain), (lp_ckpt, grad_ckpt) = results
+    torch.testing.assert_close(lp_ckpt, lp_plain, atol=1e-6, rtol=0)
+    torch.testing.assert_close(grad_ckpt, grad_plain, atol=1e-5, rtol=1e-5)
+
+
 # --- embedded default ------------------------------------------------------------------------
 
 

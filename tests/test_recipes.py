@@ -24,7 +24,8 @@ PAPER_STEPS_HISTORY = {"alfworld": (30, 5), "webshop": (15, 2), "searchqa": (4, 
 #: Its released launcher's shared settings.
 PAPER_SHARED = {"group_size": 8, "lr": 1e-6, "kl_coef": 0.01, "opd_coef": 0.01, "opd_beta": 5.0, "clip_eps": 0.2,
                 "gigpo_gamma": 0.95, "format_penalty": 0.1, "tasks_per_iteration": 16, "minibatch_size": 256,
-                "max_new_tokens": 512, "eval_temperature": 0.4, "lora": False}
+                "max_new_tokens": 512, "eval_temperature": 0.4, "lora": False,
+                "gradient_checkpointing": True}  # actor_rollout_ref.model.enable_gradient_checkpointing=True
 
 
 def test_every_paper_env_has_a_cpu_and_a_paper_recipe():
