@@ -211,8 +211,8 @@ class SeedConfig:
     device: str = _f("cpu", "torch device: cpu, cuda, cuda:1, ...")
     gradient_checkpointing: bool = _f(False, "recompute each layer's activations in the backward pass instead of "
                                              "keeping them (transformers' non-reentrant checkpointing; the paper's "
-                                             "launchers turn it on): Stage 1's and Stage 2's updates hold about one "
-                                             "layer's activations for a second forward's time; those updates then "
+                                             "launchers turn it on): Stage 1's and Stage 2's updates keep about one "
+                                             "layer's activations at a time, at the cost of a second forward, and "
                                              "run every sample's prompt whole (a shared head's cache cannot be replayed)")
     freeze_vision: bool = _f(True, "vision-language models: keep the vision tower frozen (--no-freeze-vision "
                                    "trains it too; needs --no-lora, since LoRA adapts the language part only)")
