@@ -89,8 +89,11 @@ def split_tables(root: Path, split: str, pairs: list[tuple[str, str]] | None = N
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def print_split_tables(description: str, split_table, argv: list[str] | None = None) -> None:
+    """The command line of the scripts that read an experiment's evaluations per split (this one,
+    ``same_play.py``): EXPERIMENT [--splits] [--seeds] [--pairs A:B ...]; prints
+    ``split_table(root, split, pairs, seeds)`` for each split."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("experiment", type=Path, help="a seed-train experiment --output-dir")
     p.add_argument("--splits", nargs="+", default=None, help="default: the experiment's splits")
     p.add_argument("--seeds", nargs="+", type=int, default=None, help="training seeds (default: all recorded)")
@@ -98,7 +101,11 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     splits = args.splits or json.loads((args.experiment / "experiment.json").read_text())["splits"]
     pairs = [tuple(x.split(":", 1)) for x in args.pairs] if args.pairs else None
-    print("\n\n".join(split_tables(args.experiment, split, pairs, args.seeds) for split in splits))
+    print("\n\n".join(split_table(args.experiment, split, pairs, args.seeds) for split in splits))
+
+
+def main(argv: list[str] | None = None) -> None:
+    print_split_tables(__doc__.split("\n\n")[0], split_tables, argv)
 
 
 if __name__ == "__main__":

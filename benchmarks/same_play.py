@@ -16,7 +16,6 @@ pairs: every two arms, and each arm against ``after_stage1``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from paired_by_category import eval_files
+from paired_by_category import eval_files, print_split_tables
 
 from seed_train.evaluate import episode_outcomes
 from wrappers import read_trajectories
@@ -69,15 +68,7 @@ def split_table(root: Path, split: str, pairs: list[tuple[str, str]] | None = No
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("experiment", type=Path, help="a seed-train experiment --output-dir")
-    p.add_argument("--splits", nargs="+", default=None, help="default: the experiment's splits")
-    p.add_argument("--seeds", nargs="+", type=int, default=None, help="training seeds (default: all recorded)")
-    p.add_argument("--pairs", nargs="+", default=None, metavar="A:B", help="policies to pair (default: see above)")
-    args = p.parse_args(argv)
-    splits = args.splits or json.loads((args.experiment / "experiment.json").read_text())["splits"]
-    pairs = [tuple(x.split(":", 1)) for x in args.pairs] if args.pairs else None
-    print("\n\n".join(split_table(args.experiment, split, pairs, args.seeds) for split in splits))
+    print_split_tables(__doc__.split("\n\n")[0], split_table, argv)
 
 
 if __name__ == "__main__":

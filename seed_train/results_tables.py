@@ -226,6 +226,8 @@ def cpu_recipes() -> dict[str, str]:
     from seed_train.recipes import recipe_names, recipe_path
 
     return {_read_yaml(recipe_path(n))["env_id"]: n for n in recipe_names() if n.endswith("-cpu")}
+
+
 #: The arm README's per-env table shows as SEED, and its content control: the first present of each.
 SEED_ARMS = ("seed", "seed-static")
 CONTROL_ARMS = ("seed-wrong-rule", "seed-static-wrong", "seed-empty", "seed-shuffled-tasks")
