@@ -4,6 +4,7 @@
         [--epochs 1] [--lr 5e-4] [--skill-repeats 1] [--skill-acting] [--rollouts 24] [--analyzer-retries 0] [--model smollm2-135m] [--seed 0]
         [--analyzer-temperatures 1.0 0.7 0.5]
     OMP_NUM_THREADS=2 nice python benchmarks/skill_validity.py --config sokoban-cpu [--rollouts 24]
+        [--trajectories runs/validity.jsonl]
 
 Runs Stage 1 with the trainer's own pieces (``seed_train.trainer.load`` and ``run_stage1``; defaults:
 the quickstart's settings, ``seed_train.cli.QUICKSTART``, or a recipe's or YAML file's with ``--config``,
@@ -33,6 +34,7 @@ from seed_train.evaluate import panel_of
 from seed_train.rollout import EnvPool, group_jobs, run_episodes, sample_tasks
 from seed_train.skills import parse_skill
 from seed_train.trainer import env_spec, generate_skills, load, run_stage1
+from wrappers import TrajectoryWriter
 
 ENV_SPECIFIC = ("template", "history", "max_steps")  # QUICKSTART's values are for EZPoints
 
@@ -74,6 +76,9 @@ def main() -> None:
                         "own is --analyzer-temperature of the config, else its rollout temperature)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--examples", type=int, default=6)
+    p.add_argument("--trajectories", default=None, metavar="PATH",
+                   help="also write the fresh rollouts here (JSONL, wrappers.read_trajectories reads it; each "
+                        "episode's skill, or null where invalid, in meta['skill']): what every invalid action was")
     args = p.parse_args()
     cfg = config(args)
 
@@ -101,6 +106,12 @@ def main() -> None:
     # The first attempt alone (the same first samples: attempt k draws with seed + k).
     first = (skills if cfg.analyzer_retries == 0 else
              generate_skills(policy.backend, policy.codec, trajectories, dataclasses.replace(cfg, analyzer_retries=0), seed=args.seed + 2))
+
+    if args.trajectories:
+        with TrajectoryWriter(args.trajectories) as writer:
+            for t, s in zip(trajectories, skills):
+                t.meta["skill"] = None if s is None else s.text  # as the trainer's own log keeps it
+                writer.write(t)
 
     steps = [st for t in trajectories for st in t.steps]
     parsed = sum(not st.format_error for st in steps)

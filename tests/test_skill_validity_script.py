@@ -9,6 +9,7 @@ import torch
 from script_loader import load_script
 
 from seed_train.tiny import cached_tiny_model
+from wrappers import read_trajectories
 
 
 def test_the_report_counts_steps_skills_and_shows_what_did_not_parse(tmp_path, monkeypatch, capsys):
@@ -30,8 +31,9 @@ skill_max_new_tokens: 8
 analyzer_retries: 0
 threads: 1
 """)
+    trajectories = tmp_path / "validity.jsonl"
     monkeypatch.setattr(sys, "argv", ["skill_validity.py", "--config", str(config), "--rollouts", "4",
-                                      "--examples", "2"])
+                                      "--examples", "2", "--trajectories", str(trajectories)])
     with torch.random.fork_rng(devices=[]):  # load() seeds torch: later tests keep their RNG state
         script.main()
     out = capsys.readouterr().out
@@ -47,3 +49,8 @@ threads: 1
     assert errors and int(errors[1]) == steps and int(errors[2]) == 2, out
     assert len(errors[3].splitlines()) == 2
     assert "time: load + Stage 1" in out
+    # The rollouts the counts came from, each with its skill (null where invalid): the same totals.
+    written = list(read_trajectories(trajectories))
+    assert len(written) == 4 and sum(len(t.steps) for t in written) == steps
+    assert sum(t.meta["skill"] is not None for t in written) == int(skills[1])
+    assert all(st.format_error for t in written for st in t.steps)
