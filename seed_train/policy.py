@@ -247,6 +247,7 @@ def load_policy(
     device: str = "cpu",
     cache_dir: Path | None = None,
     freeze_vision: bool = True,
+    activation_checkpointing: bool = False,
 ) -> tuple["PreTrainedModel", "PreTrainedTokenizerBase"]:
     """Load ``(model, tokenizer)`` for a local folder or embedded model name.
 
@@ -259,6 +260,8 @@ def load_policy(
     ``AutoModelForImageTextToText`` and comes back as ``(model, processor)``: the processor stands in for
     the tokenizer (the trainer builds the policy's prompt codec from either, :func:`seed_train.codec.prompt_codec`).
     LoRA then adapts the language part only, and the vision tower is frozen unless ``freeze_vision=False``.
+
+    ``activation_checkpointing``: :func:`enable_activation_checkpointing` on the loaded (and wrapped) model.
     """
     torch_dtype = _parse_dtype(dtype)
     dev = _parse_device(device)
@@ -267,23 +270,30 @@ def load_policy(
     from seed_train.vision import is_vision_model_folder, load_vision_policy
 
     if is_vision_model_folder(path):
-        model, processor = load_vision_policy(path, dtype=torch_dtype, device=dev, freeze_vision=freeze_vision)
-        return (model if lora is None else add_lora(model, lora)), processor
+        model, tokenizer = load_vision_policy(path, dtype=torch_dtype, device=dev, freeze_vision=freeze_vision)
+    else:
+        model, tokenizer = _load_causal_lm(path, str(name_or_path), torch_dtype, dev)
+    if lora is not None:
+        model = add_lora(model, lora)
+    if activation_checkpointing:
+        enable_activation_checkpointing(model)
+    return model, tokenizer
 
+
+def _load_causal_lm(path: Path, name: str, torch_dtype: Any, dev: Any) -> tuple["PreTrainedModel", "PreTrainedTokenizerBase"]:
+    """A text model folder's ``(model, tokenizer)`` on ``dev``, with a pad token for batching."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     except Exception as e:  # noqa: BLE001  (a damaged folder: safetensors, JSON, OS errors alike)
-        raise damaged_model_error(path, str(name_or_path), e) from e
+        raise damaged_model_error(path, name, e) from e
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = model.to(dev)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
-    if lora is not None:
-        model = add_lora(model, lora)
     return model, tokenizer
 
 

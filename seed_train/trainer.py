@@ -64,8 +64,8 @@ from seed_train.logs import MetricsLogger
 from seed_train.progress import bars_disabled, clock, progress_bar, say as say_line, turn_reporter
 from seed_train.losses import gate_advantage_covariance, opd_gate, seed_loss
 from seed_train.parallel import ReplicatedWeights, weight_layout_from_env
-from seed_train.policy import (LoraSettings, enable_activation_checkpointing, frozen_copy, load_policy,
-                               merge_and_restart_lora, reference_logprobs_context, resolve_model)
+from seed_train.policy import (LoraSettings, frozen_copy, load_policy, merge_and_restart_lora,
+                               reference_logprobs_context, resolve_model)
 from seed_train.rollout import (EnvPool, EnvSpec, RolloutStats, group_jobs, panel_categories, run_episodes, sample_tasks,
                                 sample_tasks_by_category)
 from seed_train.samples import (StepSample, build_samples, record_teacher_logprobs, response_tensors,
@@ -332,9 +332,7 @@ def load(cfg: SeedConfig) -> Policy:
     lora = LoraSettings(r=cfg.lora_r, alpha=cfg.lora_alpha, target_modules=tuple(cfg.lora_targets)) if cfg.lora else None
     torch.manual_seed(cfg.seed)  # LoRA's A matrices are drawn at wrapping time
     model, tokenizer = load_policy(cfg.model, lora=lora, dtype=cfg.dtype, device=cfg.device,
-                                   freeze_vision=cfg.freeze_vision)
-    if cfg.gradient_checkpointing:
-        enable_activation_checkpointing(model)
+                                   freeze_vision=cfg.freeze_vision, activation_checkpointing=cfg.gradient_checkpointing)
     codec = prompt_codec(tokenizer)
     if codec.sees_images and cfg.generation_backend != "hf":
         raise SetupError("config field 'generation_backend': vision-language policies generate with 'hf' "
@@ -780,9 +778,7 @@ def gather_whole_policy(policy: Policy, cfg: SeedConfig) -> None:
     state = get_model_state_dict(policy.model, options=StateDictOptions(full_state_dict=True))
     with torch.random.fork_rng(devices=[]):  # fresh LoRA matrices are drawn, then overwritten by the state
         model, _ = load_policy(cfg.model, lora=policy.lora, dtype=cfg.dtype, device=cfg.device,
-                               freeze_vision=cfg.freeze_vision)
-    if cfg.gradient_checkpointing:
-        enable_activation_checkpointing(model)
+                               freeze_vision=cfg.freeze_vision, activation_checkpointing=cfg.gradient_checkpointing)
     model.load_state_dict(state)
     model.eval()
     policy.model, policy.layout = model, ReplicatedWeights()

@@ -218,18 +218,17 @@ def test_activation_checkpointing_gives_the_same_logprobs_and_gradients(tiny_mod
     """Checkpointed layers recompute their forward in backward: the update's loss and gradients are those of
     the plain pass, also when the rows share prompt heads (which then run per row: a shared head's cache
     would take the tail's keys twice on the replay)."""
-    from seed_train.policy import activation_checkpointing_on, enable_activation_checkpointing
+    from seed_train.policy import activation_checkpointing_on
 
     results = []
     for checkpointing in (False, True):
         torch.manual_seed(0)  # the same LoRA matrices in both models
-        model, tok = load_policy(str(tiny_model_dir), lora=LoraSettings(r=4, alpha=8) if lora else None)
+        model, tok = load_policy(str(tiny_model_dir), lora=LoraSettings(r=4, alpha=8) if lora else None,
+                                 activation_checkpointing=checkpointing)
         with torch.no_grad():  # adapters that change the output (B = 0 at init)
             for name, param in model.named_parameters():
                 if "lora_B" in name:
                     param.add_(0.3 * torch.randn(param.shape, generator=torch.Generator().manual_seed(1)))
-        if checkpointing:
-            enable_activation_checkpointing(model)
         assert activation_checkpointing_on(model) is checkpointing
         prompts, responses, groups = _episode_batch(tok)
         model.train()
@@ -285,3 +284,15 @@ def test_smollm2_converts_caches_and_generates(tmp_path: Path) -> None:
     assert len(gen.response_token_ids) >= 1 and gen.text.strip()
     lp, _ = response_logprobs(model, [prompt], [gen.response_token_ids])
     torch.testing.assert_close(lp[0], torch.tensor(gen.response_logprobs), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_the_trainer_loads_its_policy_with_checkpointing_as_configured(on: bool) -> None:
+    """``gradient_checkpointing`` reaches the model the trainer trains (through ``load_policy``)."""
+    from seed_train.config import SeedConfig
+    from seed_train.policy import activation_checkpointing_on
+    from seed_train.trainer import load
+
+    with torch.random.fork_rng(devices=[]):  # load() seeds torch: later tests keep their RNG state
+        policy = load(SeedConfig(model=str(cached_tiny_model(seed=0)), lora=True, gradient_checkpointing=on))
+    assert activation_checkpointing_on(policy.model) is on
