@@ -13,7 +13,8 @@ with the Stage 1 policy and runs Stage 2's analyzer pass on them (``generate_ski
 analyzer prompt, sampling and ``skill_max_new_tokens``). Prints the share of steps whose action parsed
 and was valid (issue 30's target: >= 90%) with examples of the answers that did not parse and the actions
 the env refused, the skill valid rate (DESIGN.md's target: >= 80% after
-Stage 1), split by outcome, the share of valid skills that replay two or more of their
+Stage 1), split by outcome, how many invalid analyzer answers stopped at the token budget (cut: more
+tokens might have made them valid) rather than by themselves, the share of valid skills that replay two or more of their
 episode's consecutive actions, and example skills; what an invalid answer looks like is shown from a
 fresh sample of the same prompts. On another env than EZPoints, the quickstart's EZPoints-only
 settings (template, history, max_steps) give way to the env's defaults.
@@ -32,6 +33,7 @@ from seed_train.cli import QUICKSTART
 from seed_train.config import SeedConfig, _read_yaml
 from seed_train.evaluate import panel_of
 from seed_train.rollout import EnvPool, group_jobs, run_episodes, sample_tasks
+from seed_train.skill_sources import AnalyzerAnswer
 from seed_train.skills import parse_skill
 from seed_train.trainer import env_spec, generate_skills, load, run_stage1
 from wrappers import TrajectoryWriter
@@ -101,7 +103,8 @@ def main() -> None:
     pool.close()
     rollout_s = time.perf_counter() - t1
     t2 = time.perf_counter()
-    skills = generate_skills(policy.backend, policy.codec, trajectories, cfg, seed=args.seed + 2)
+    answers: list[AnalyzerAnswer] = []
+    skills = generate_skills(policy.backend, policy.codec, trajectories, cfg, seed=args.seed + 2, answers=answers)
     analyze_s = time.perf_counter() - t2
     # The first attempt alone (the same first samples: attempt k draws with seed + k).
     first = (skills if cfg.analyzer_retries == 0 else
@@ -131,6 +134,12 @@ def main() -> None:
     if cfg.analyzer_retries:
         valid_first = sum(s is not None for s in first)
         print(f"  first attempt alone: {valid_first}/{n} = {valid_first / n:.0%}")
+    # Cut answers: the generation stopped at the token budget. An invalid answer that was cut may only have
+    # needed more tokens (a raised skill_max_new_tokens is the fix); one that stopped by itself was wrong.
+    invalid_answers = [a for a in answers if not a.valid]
+    print(f"  analyzer answers: {len(answers)} ({n} first, {len(answers) - n} retries); invalid {len(invalid_answers)}, "
+          f"{sum(a.cut for a in invalid_answers)} of them cut at the {cfg.skill_max_new_tokens}-token budget; "
+          f"valid answers cut there: {sum(a.cut and a.valid for a in answers)}")
     for success in (True, False):
         total = by_outcome[(success, True)] + by_outcome[(success, False)]
         if total:
@@ -175,7 +184,7 @@ def main() -> None:
         print("\ninvalid answers (re-sampled):")
         for g in gens:
             ok = parse_skill(g.text, cfg.skill_min_words) is not None
-            print(f"  {'(valid this time) ' if ok else ''}{g.text!r}")
+            print(f"  {'(valid this time) ' if ok else ''}{'' if g.finished else '(cut at the budget) '}{g.text!r}")
 
 
 if __name__ == "__main__":

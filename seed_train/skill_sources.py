@@ -50,9 +50,28 @@ from seed_train.skills import Skill, parse_skill, shuffle_within_groups
 from wrappers import Trajectory
 
 
+@dataclass(frozen=True)
+class AnalyzerAnswer:
+    """One analyzer generation, as :func:`generate_skills` reports it to a caller that asks (``answers=``).
+
+    ``cut``: the generation stopped at ``skill_max_new_tokens`` rather than at a stop token, so an
+    invalid answer that was cut may only have needed a larger budget (e.g. JSON without its closing brace).
+    """
+
+    episode: int  # index into the trajectories
+    attempt: int  # 0: the first sample; k: the k-th retry
+    text: str
+    cut: bool
+    valid: bool
+
+
 def generate_skills(backend: GenerationBackend, codec, trajectories: Sequence[Trajectory], cfg: SeedConfig,
-                    seed: int) -> list[Skill | None]:
-    """The analyzer pass: one skill per trajectory, retrying unparseable answers up to cfg.analyzer_retries."""
+                    seed: int, answers: list[AnalyzerAnswer] | None = None) -> list[Skill | None]:
+    """The analyzer pass: one skill per trajectory, retrying unparseable answers up to cfg.analyzer_retries.
+
+    ``answers``: a list to which every generation is appended as an :class:`AnalyzerAnswer` (attempt
+    order), for a caller that reports how the answers failed (benchmarks/skill_validity.py).
+    """
     from seed_train.codec import prompt_codec
 
     codec = prompt_codec(codec)
@@ -73,6 +92,8 @@ def generate_skills(backend: GenerationBackend, codec, trajectories: Sequence[Tr
                                         temperature=temperature, top_p=cfg.top_p, seed=seed + attempt, **extra)
                 for i, g in zip(todo, gens):
                     skills[i] = parse_skill(g.text, cfg.skill_min_words)
+                    if answers is not None:
+                        answers.append(AnalyzerAnswer(i, attempt, g.text, not g.finished, skills[i] is not None))
                 todo = [i for i in todo if skills[i] is None]
                 # an episode is done once it has a valid skill or its last attempt ran
                 bar.update(len(gens) - len(todo) if attempt < cfg.analyzer_retries else len(gens))

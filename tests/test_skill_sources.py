@@ -282,8 +282,8 @@ class FlakyAnalyzer:
     """Answers an analyzer prompt with a valid skill only from its ``valid_from``-th attempt on (per episode),
     and records every call's temperature, episodes and row keys."""
 
-    def __init__(self, tokenizer, valid_from: dict[str, int]):
-        self.tokenizer, self.valid_from = tokenizer, valid_from
+    def __init__(self, tokenizer, valid_from: dict[str, int], cut: frozenset[str] = frozenset()):
+        self.tokenizer, self.valid_from, self.cut = tokenizer, valid_from, cut  # cut: invalid answers hit the budget
         self.calls: list[dict] = []
         self.attempts: dict[str, int] = {}
 
@@ -296,7 +296,7 @@ class FlakyAnalyzer:
             valid = self.attempts[ep] > self.valid_from.get(ep, 0)
             skill = f"Remember what {ep} showed the agent"
             text = json.dumps({"episode_summary": "x", "episode_skill": skill}) if valid else "{oops"
-            out.append(Generation(list(p), [0], [0.0], text, True))
+            out.append(Generation(list(p), [0], [0.0], text, valid or ep not in self.cut))
         return out
 
 
@@ -318,6 +318,28 @@ def test_analyzer_retries_only_unparsed_episodes_at_the_analyzer_temperature(tin
     assert [c["row_keys"] for c in backend.calls[1:]] == [[("analyzer", index[e]) for e in c["episodes"]]
                                                          for c in backend.calls[1:]]
     assert [s is None for s in skills] == [t.episode_id == "ep2x0" for t in trajs]
+
+
+def test_the_analyzer_pass_reports_every_answer_and_which_stopped_at_the_budget(tiny_path):
+    from seed_train.skill_sources import AnalyzerAnswer, generate_skills
+
+    policy = fresh_policy(tiny_path)
+    trajs = batch()
+    # ep0x1 parses at its second attempt; ep2x0 never, its answers cut at the budget; ep1x2 never, stopping by itself
+    backend = FlakyAnalyzer(policy.codec.tokenizer, {"ep0x1": 1, "ep1x2": 99, "ep2x0": 99}, cut=frozenset({"ep2x0"}))
+    answers: list[AnalyzerAnswer] = []
+    skills = generate_skills(backend, policy.codec, trajs, cfg_for(tiny_path, analyzer_retries=1), seed=0,
+                             answers=answers)
+    index = {t.episode_id: i for i, t in enumerate(trajs)}
+    retried = [index["ep0x1"], index["ep1x2"], index["ep2x0"]]
+    assert [(a.episode, a.attempt) for a in answers] == [(i, 0) for i in range(TASKS * GROUP)] + [(i, 1) for i in retried]
+    assert [a.valid for a in answers] == [i not in retried for i in range(TASKS * GROUP)] + [True, False, False]
+    assert [a.cut for a in answers] == [i == index["ep2x0"] for i in range(TASKS * GROUP)] + [False, False, True]
+    assert all((a.text == "{oops") != a.valid for a in answers)
+    assert [s is not None for s in skills] == [i not in retried[1:] for i in range(TASKS * GROUP)]
+    # without a list to fill, the same skills
+    backend = FlakyAnalyzer(policy.codec.tokenizer, {"ep0x1": 1, "ep1x2": 99, "ep2x0": 99}, cut=frozenset({"ep2x0"}))
+    assert generate_skills(backend, policy.codec, trajs, cfg_for(tiny_path, analyzer_retries=1), seed=0) == skills
 
 
 def test_analyzer_temperature_must_be_positive(tiny_path):

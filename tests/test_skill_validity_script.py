@@ -49,6 +49,13 @@ threads: 1
     assert errors and int(errors[1]) == steps and int(errors[2]) == 2, out
     assert len(errors[3].splitlines()) == 2
     assert "time: load + Stage 1" in out
+    # Every analyzer answer counted (no retries: one per rollout), the invalid ones split by whether they hit the
+    # 8-token budget: the untrained tiny model rarely samples its stop token, so most do.
+    answers = re.search(r"analyzer answers: (\d+) \(4 first, 0 retries\); invalid (\d+), (\d+) of them cut at the "
+                        r"8-token budget; valid answers cut there: (\d+)", out)
+    assert answers, out
+    total, invalid, cut, valid_cut = map(int, answers.groups())
+    assert total == 4 and invalid == 4 - int(skills[1]) and cut <= invalid and valid_cut <= int(skills[1])
     # The rollouts the counts came from, each with its skill (null where invalid): the same totals.
     written = list(read_trajectories(trajectories))
     assert len(written) == 4 and sum(len(t.steps) for t in written) == steps
