@@ -181,6 +181,13 @@ def _link(section: str) -> str:
     return "#" + section.split("#", 1)[1]
 
 
+def _without_shared_override(a: str, b: str) -> tuple[str, str]:
+    """Two arms with the same ``@field=value`` overrides (``seed@opd_coef=0.5`` against
+    ``seed-wrong-rule@opd_coef=0.5``) compare as their base arms do; other pairs stay as named."""
+    (base_a, _, over_a), (base_b, _, over_b) = a.partition("@"), b.partition("@")
+    return (base_a, base_b) if over_a and over_a == over_b else (a, b)
+
+
 def readme_block(sources: list[tuple[str, list[dict]]] | None = None) -> str:
     """README's compact table: per experiment with 3 seeds or more, SEED against SFT+GRPO and against its
     content controls on the test panel, at seed level (mean difference over seeds with its interval, and the
@@ -204,9 +211,10 @@ def readme_block(sources: list[tuple[str, list[dict]]] | None = None) -> str:
             if (c["split"] == "test (score)" and same is not None
                     and (same["a_per_seed"], same["b_per_seed"]) == (c["a_per_seed"], c["b_per_seed"])):
                 continue  # an env whose score is its success (EZPoints): the score row would repeat it
-            if (c["a"], c["b"]) in wanted:
+            pair = _without_shared_override(c["a"], c["b"])
+            if pair in wanted:
                 a, b, diff, (lo, hi) = c["a"], c["b"], c["mean_diff"], c["ci95"]
-            elif (c["b"], c["a"]) in wanted:  # an experiment that ordered the pair the other way: SEED first
+            elif pair[::-1] in wanted:  # an experiment that ordered the pair the other way: SEED first
                 a, b, diff, (lo, hi) = c["b"], c["a"], -c["mean_diff"], (-c["ci95"][1], -c["ci95"][0])
             else:
                 continue

@@ -62,13 +62,22 @@ def test_readme_rows_put_seed_first_and_skip_score_rows_that_repeat_success():
     own_score = [comparison("seed", "seed-empty", "test", [0.5, 0.5, 0.5], [0.4, 0.5, 0.5], 0.033, [0.0, 0.1]),
                  comparison("seed", "seed-empty", "test (score)", [0.6, 0.7, 0.6], [0.5, 0.5, 0.6], 0.1, [0.0, 0.2]),
                  comparison("seed", "seed-empty", "unseen", [0.5, 0.5, 0.5], [0.4, 0.5, 0.5], 0.033, [0.0, 0.1]),
-                 comparison("seed", "seed-other", "test", [0.5, 0.5, 0.5], [0.4, 0.5, 0.5], 0.033, [0.0, 0.1])]
+                 comparison("seed", "seed-other", "test", [0.5, 0.5, 0.5], [0.4, 0.5, 0.5], 0.033, [0.0, 0.1]),
+                 # the same pair at one override (arm@field=value) is shown; a pair across overrides is not
+                 comparison("seed-empty@opd_coef=0.5", "seed@opd_coef=0.5", "test", [0.4, 0.4, 0.4], [0.5, 0.5, 0.6],
+                            -0.133, [-0.2, -0.1]),
+                 comparison("seed@opd_coef=0.5", "seed-empty", "test", [0.5, 0.5, 0.6], [0.4, 0.5, 0.5], 0.067,
+                            [0.0, 0.1]),
+                 comparison("seed@opd_coef=0.5", "sft-grpo@lr=0.1", "test", [0.5, 0.5, 0.6], [0.4, 0.5, 0.5], 0.067,
+                            [0.0, 0.1])]
     rows = results_tables.readme_block([("a", same_score), ("b", own_score)]).splitlines()[2:]
     # SFT+GRPO - SEED is shown as SEED - SFT+GRPO: the sign and the interval flip; the score row repeats it.
     assert rows[0] == "| a | 3 | test | seed − sft-grpo | -0.100 [-0.300, +0.100] | 0.25 (0.25) | 0.100 |"
     # A score that differs from success keeps its row; unseen and unlisted controls stay in docs/results.md.
     assert rows[1:] == ["| b | 3 | test | seed − seed-empty | +0.033 [+0.000, +0.100] | 0.25 (0.25) | 0.100 |",
-                        "| b | 3 | test (score) | seed − seed-empty | +0.100 [+0.000, +0.200] | 0.25 (0.25) | 0.100 |"]
+                        "| b | 3 | test (score) | seed − seed-empty | +0.100 [+0.000, +0.200] | 0.25 (0.25) | 0.100 |",
+                        "| b | 3 | test | seed@opd_coef=0.5 − seed-empty@opd_coef=0.5 | +0.133 [+0.100, +0.200] "
+                        "| 0.25 (0.25) | 0.100 |"]
 
 
 def test_a_record_keeps_commands_without_the_machines_paths(tmp_path, monkeypatch):
