@@ -123,7 +123,11 @@ class SkillSource(Protocol):
     kind: str  # the config's skill_source ("none" when no skills are used)
     produces_skills: bool  # False: every entry is None, no teacher pass, no skill metrics
 
-    def skills(self, trajectories: Sequence[Trajectory], policy: Any, seed: int) -> list[Skill | None]:
+    # ``answers``: where a source that runs the analyzer appends each generation (generate_skills'
+    # ``answers=``); the trainer counts them for its ``skill_answers`` / ``skill_answers_cut`` metrics.
+
+    def skills(self, trajectories: Sequence[Trajectory], policy: Any, seed: int,
+               answers: list[AnalyzerAnswer] | None = None) -> list[Skill | None]:
         ...
 
 
@@ -134,7 +138,8 @@ class NoSkills:
     kind: str = "none"
     produces_skills: bool = False
 
-    def skills(self, trajectories: Sequence[Trajectory], policy: Any, seed: int) -> list[Skill | None]:
+    def skills(self, trajectories: Sequence[Trajectory], policy: Any, seed: int,
+               answers: list[AnalyzerAnswer] | None = None) -> list[Skill | None]:
         return [None] * len(trajectories)
 
 
@@ -146,8 +151,9 @@ class OnPolicyAnalyzer:
     kind: str = "on_policy"
     produces_skills: bool = True
 
-    def skills(self, trajectories: Sequence[Trajectory], policy: Any, seed: int) -> list[Skill | None]:
-        return generate_skills(policy.backend, policy.codec, trajectories, self.cfg, seed)
+    def skills(self, trajectories: Sequence[Trajectory], policy: Any, seed: int,
+               answers: list[AnalyzerAnswer] | None = None) -> list[Skill | None]:
+        return generate_skills(policy.backend, policy.codec, trajectories, self.cfg, seed, answers)
 
 
 @dataclass
@@ -164,11 +170,12 @@ class FrozenAnalyzer:
     kind: str = "frozen"
     produces_skills: bool = True
 
-    def skills(self, trajectories: Sequence[Trajectory], policy: Any, seed: int) -> list[Skill | None]:
+    def skills(self, trajectories: Sequence[Trajectory], policy: Any, seed: int,
+               answers: list[AnalyzerAnswer] | None = None) -> list[Skill | None]:
         try:
             with weights(policy.model, self.theta0):
                 policy.backend.sync_weights(policy.model)
-                return generate_skills(policy.backend, policy.codec, trajectories, self.cfg, seed)
+                return generate_skills(policy.backend, policy.codec, trajectories, self.cfg, seed, answers)
         finally:  # the model holds θ_k again here: the backend follows
             policy.backend.sync_weights(policy.model)
 
@@ -186,8 +193,9 @@ class ShuffledSkills:
     def kind(self) -> str:
         return {"group": "shuffled", "task": "shuffled_tasks", "category": "shuffled_categories"}[self.across]
 
-    def skills(self, trajectories: Sequence[Trajectory], policy: Any, seed: int) -> list[Skill | None]:
-        own = self.analyzer.skills(trajectories, policy, seed)
+    def skills(self, trajectories: Sequence[Trajectory], policy: Any, seed: int,
+               answers: list[AnalyzerAnswer] | None = None) -> list[Skill | None]:
+        own = self.analyzer.skills(trajectories, policy, seed, answers)
         rng = np.random.default_rng(seed)
         if self.across == "group":
             return shuffle_within_groups(own, [t.group_id or t.episode_id for t in trajectories], rng)
@@ -204,7 +212,8 @@ class StaticLibrary:
     kind: str = "static"
     produces_skills: bool = True
 
-    def skills(self, trajectories: Sequence[Trajectory], policy: Any, seed: int) -> list[Skill | None]:
+    def skills(self, trajectories: Sequence[Trajectory], policy: Any, seed: int,
+               answers: list[AnalyzerAnswer] | None = None) -> list[Skill | None]:
         texts = [self.library.get(t.category, self.library.get("default")) for t in trajectories]
         return [Skill("", text) if text else None for text in texts]
 
@@ -221,8 +230,9 @@ class WrongRule:
     kind: str = "wrong_rule"
     produces_skills: bool = True
 
-    def skills(self, trajectories: Sequence[Trajectory], policy: Any, seed: int) -> list[Skill | None]:
-        own = self.inner.skills(trajectories, policy, seed)
+    def skills(self, trajectories: Sequence[Trajectory], policy: Any, seed: int,
+               answers: list[AnalyzerAnswer] | None = None) -> list[Skill | None]:
+        own = self.inner.skills(trajectories, policy, seed, answers)
         return [None if s is None else Skill(s.summary, self.rewrite(s.text, t.category))
                 for s, t in zip(own, trajectories)]
 
@@ -234,7 +244,8 @@ class EmptySkills:
     kind: str = "empty"
     produces_skills: bool = True
 
-    def skills(self, trajectories: Sequence[Trajectory], policy: Any, seed: int) -> list[Skill | None]:
+    def skills(self, trajectories: Sequence[Trajectory], policy: Any, seed: int,
+               answers: list[AnalyzerAnswer] | None = None) -> list[Skill | None]:
         return [Skill("", "") for _ in trajectories]
 
 

@@ -71,7 +71,7 @@ from seed_train.rollout import (EnvPool, EnvSpec, RolloutStats, group_jobs, pane
 from seed_train.samples import (StepSample, build_samples, record_teacher_logprobs, response_tensors,
                                 step_advantages)
 from seed_train.scoring import auto_prefix_groups, response_logprobs
-from seed_train.skill_sources import SkillSource, generate_skills, make_skill_source
+from seed_train.skill_sources import AnalyzerAnswer, SkillSource, generate_skills, make_skill_source
 from seed_train.skills import Skill, rule_based_skill
 from seed_train.stage1 import collect_demonstrations, repeat_skill_pairs, sft_pairs, sft_train
 from seed_train.threads import refresh_threads, torch_threads
@@ -474,6 +474,8 @@ class IterationBatch:
     nonfinite_episodes: int = 0  # episodes left out for a NaN/inf reward
     left_out: list[Trajectory] = dataclasses.field(default_factory=list)  # logged, not trained on
     groups_dropped: int = 0  # groups left out whole for a failed member (failed_group=drop)
+    analyzer_answers: int = 0  # analyzer generations (first attempts and retries; 0 for a fixed library)
+    analyzer_answers_cut: int = 0  # of them, stopped at skill_max_new_tokens rather than at a stop token
 
 
 def seed_iteration(it: int, policy: Policy, optimizer, cfg: SeedConfig, pool: EnvPool, panel: Sequence[str],
@@ -502,6 +504,11 @@ def seed_iteration(it: int, policy: Policy, optimizer, cfg: SeedConfig, pool: En
     times = {**batch.times, "update_s": time.perf_counter() - t0}
     all_skills = gather_lists(batch.skills) if skill_source.produces_skills else []
     metrics = rollout_metrics(all_trajectories, all_skills)
+    if skill_source.produces_skills:
+        # Answers cut at the analyzer's token budget: a share near the invalid skills' says raise
+        # skill_max_new_tokens (an answer cut before its closing brace never parses).
+        metrics.update({"skill_answers": sum_over_ranks(batch.analyzer_answers),
+                        "skill_answers_cut": sum_over_ranks(batch.analyzer_answers_cut)})
     metrics.update(loss_stats)
     metrics.update(mean_over_ranks(gate_diagnostics(batch.samples, batch.scored, cfg)))
     metrics.update(mean_over_ranks({**times, "generate_s": stats.generate_s, "env_s": stats.env_s,
@@ -532,7 +539,8 @@ def _play_and_score(policy: Policy, cfg: SeedConfig, pool: EnvPool, jobs, rng: n
     times["rollout_s"] = time.perf_counter() - t0
     trajectories, left_out, nonfinite, groups_dropped = usable_episodes(played, cfg.failed_group)
     t0 = time.perf_counter()
-    skills = skill_source.skills(trajectories, policy, seed=int(rng.integers(2**31)))
+    answers: list[AnalyzerAnswer] = []
+    skills = skill_source.skills(trajectories, policy, seed=int(rng.integers(2**31)), answers=answers)
     times["analyze_s"] = time.perf_counter() - t0
     for t, s in zip(trajectories, skills):
         t.meta["skill"] = None if s is None else s.text
@@ -552,7 +560,7 @@ def _play_and_score(policy: Policy, cfg: SeedConfig, pool: EnvPool, jobs, rng: n
         t.meta["opd_gate"] = cfg.opd_gate
     env_failures = sum(bool(t.meta.get("env_failed")) for t in played)
     return IterationBatch(trajectories, env_failures, skills, samples, scored, times, nonfinite, left_out,
-                          groups_dropped)
+                          groups_dropped, len(answers), sum(a.cut for a in answers))
 
 
 def usable_episodes(played: Sequence[Trajectory], failed_group: str = "drop"):

@@ -342,6 +342,33 @@ def test_the_analyzer_pass_reports_every_answer_and_which_stopped_at_the_budget(
     assert generate_skills(backend, policy.codec, trajs, cfg_for(tiny_path, analyzer_retries=1), seed=0) == skills
 
 
+def test_every_analyzer_source_passes_the_trainer_its_answers(tiny_path):
+    """The trainer's skill_answers / skill_answers_cut metrics come from the list it hands the source: the
+    analyzer sources and the controls built on them fill it; a fixed library writes no answer."""
+    from types import SimpleNamespace
+
+    from seed_train.skill_sources import AnalyzerAnswer, FrozenAnalyzer, ShuffledSkills, WrongRule
+
+    real = fresh_policy(tiny_path)
+    cfg = cfg_for(tiny_path, analyzer_retries=1)
+    sources = {"on_policy": OnPolicyAnalyzer(cfg), "shuffled": ShuffledSkills(OnPolicyAnalyzer(cfg)),
+               "wrong_rule": WrongRule(OnPolicyAnalyzer(cfg), lambda text, category: "Do the opposite of " + text),
+               "frozen": make_skill_source(cfg_for(tiny_path, analyzer_retries=1, skill_source="frozen"), real.model)}
+    assert isinstance(sources["frozen"], FrozenAnalyzer)
+    for name, source in sources.items():
+        # ep0x0's first answer is cut at the budget and invalid; its retry parses
+        backend = FlakyAnalyzer(real.codec.tokenizer, {"ep0x0": 1}, cut=frozenset({"ep0x0"}))
+        backend.sync_weights = lambda model: None
+        policy = SimpleNamespace(model=real.model, codec=real.codec, backend=backend)
+        answers: list[AnalyzerAnswer] = []
+        skills = source.skills(batch(), policy, seed=0, answers=answers)
+        assert len(answers) == TASKS * GROUP + 1 and [a.cut for a in answers].count(True) == 1, name
+        assert all(s is not None for s in skills), name
+    answers = []
+    StaticLibrary({"default": "Say it."}).skills(batch(), None, seed=0, answers=answers)
+    assert answers == []
+
+
 def test_analyzer_temperature_must_be_positive(tiny_path):
     with pytest.raises(ValueError, match="analyzer_temperature.*must be > 0"):
         cfg_for(tiny_path, analyzer_temperature=0.0)
@@ -452,7 +479,7 @@ class FixedSkills:
     def __init__(self, skills):
         self._skills = skills
 
-    def skills(self, trajectories, policy, seed):
+    def skills(self, trajectories, policy, seed, answers=None):
         return list(self._skills)
 
 

@@ -257,8 +257,13 @@ def test_tiny_model_learns_echo(tmp_path, tiny_path, threads):
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["iteration"] for m in metrics] == [0, 1]
     for key in ("success", "return", "length", "loss", "pg_loss", "kl", "skill_valid_rate", "skill_words",
-                "rollout_s", "analyze_s", "score_s", "update_s", "tokens_per_s", "format_error_rate"):
+                "skill_answers", "skill_answers_cut", "rollout_s", "analyze_s", "score_s", "update_s", "tokens_per_s",
+                "format_error_rate"):
         assert key in metrics[-1], key
+    for m in metrics:  # one answer per episode at least (retries add more); the cut ones among them
+        assert m["skill_answers"] >= m["skills_written"] and 0 <= m["skill_answers_cut"] <= m["skill_answers"]
+        if cfg.analyzer_retries == 0:
+            assert m["skill_answers"] == m["skills_written"]
     assert any(k.startswith("success/") for k in metrics[-1])  # success by category
     # The process's memory high-water mark: at least the model's weights, never falling.
     assert 100 < metrics[0]["peak_rss_mb"] <= metrics[1]["peak_rss_mb"]
