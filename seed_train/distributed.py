@@ -23,6 +23,7 @@ one process every helper is the identity, so the single-process trainer is uncha
 """
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
@@ -96,7 +97,18 @@ def init_from_env(device: str = "cpu") -> DistInfo:
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+        # Destroyed before the interpreter tears down: a gloo group left to exit can abort the process
+        # (SIGABRT, "terminate called without an active exception": its worker threads outlive Python,
+        # pytorch/pytorch#190489). At exit, not after the run: an experiment runs several arms per process.
+        atexit.register(_destroy_process_group)
     return dist_info()
+
+
+def _destroy_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def local_device(device: str) -> str:

@@ -93,6 +93,34 @@ def test_two_processes_match_one(tmp_path):
     assert a["grad_head"] == pytest.approx(b["grad_head"], rel=1e-4, abs=1e-7)
 
 
+RANK_EXITS = """
+import atexit, json, sys
+import torch, torch.distributed as dist
+from seed_train.distributed import init_from_env, sum_over_ranks
+info = init_from_env("cpu")
+total = sum_over_ranks(info.rank + 1)
+atexit._run_exitfuncs()  # what interpreter exit runs, while Python is still whole
+print(json.dumps({"rank": info.rank, "total": total, "group_after_exit_handlers": dist.is_initialized()}))
+"""
+
+
+def test_a_launched_rank_destroys_its_process_group_before_the_interpreter_exits():
+    """init_from_env starts the group under a launcher and registers its destruction at exit: a gloo group
+    left to interpreter teardown can abort a rank (SIGABRT, 'terminate called without an active
+    exception'), as a 2-process FSDP run once did in CI after it had saved its policy."""
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", RANK_EXITS], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
+                                              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                                              "OMP_NUM_THREADS": "1"})
+             for r in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+    reports = sorted((json.loads(out.strip().splitlines()[-1]) for out, _ in outs), key=lambda r: r["rank"])
+    assert reports == [{"rank": r, "total": 3.0, "group_after_exit_handlers": False} for r in (0, 1)]
+
+
 def _train_args(out, model_dir: str, skills: str) -> list[str]:
     # One minibatch covering every sample (8 episodes x <= 2 steps), so 1 and 2 processes take the same step.
     return ["train", "--env-id", "seed/EZPoints-v0", "--train-split", "test", "--model", model_dir, "--no-lora",
