@@ -31,7 +31,7 @@ import numpy as np
 from seed_envs.hindsight import replays_actions
 from seed_train.cli import QUICKSTART
 from seed_train.config import SeedConfig, _read_yaml
-from seed_train.evaluate import panel_of
+from seed_train.evaluate import panel_of, wilson_interval
 from seed_train.rollout import EnvPool, group_jobs, run_episodes, sample_tasks
 from seed_train.skill_sources import AnalyzerAnswer
 from seed_train.skills import parse_skill
@@ -106,9 +106,6 @@ def main() -> None:
     answers: list[AnalyzerAnswer] = []
     skills = generate_skills(policy.backend, policy.codec, trajectories, cfg, seed=args.seed + 2, answers=answers)
     analyze_s = time.perf_counter() - t2
-    # The first attempt alone (the same first samples: attempt k draws with seed + k).
-    first = (skills if cfg.analyzer_retries == 0 else
-             generate_skills(policy.backend, policy.codec, trajectories, dataclasses.replace(cfg, analyzer_retries=0), seed=args.seed + 2))
 
     if args.trajectories:
         with TrajectoryWriter(args.trajectories) as writer:
@@ -128,11 +125,13 @@ def main() -> None:
           f"lr {cfg.stage1_lr}, skill pairs x{cfg.stage1_skill_repeats}, {stage1['stage1_pairs']} pairs, loss {stage1['stage1_loss_first']:.3f} -> "
           f"{stage1['stage1_loss_last']:.3f}  analyzer budget {cfg.skill_max_new_tokens} tokens, "
           f"{cfg.analyzer_retries} retries")
-    print(f"actions: {valid_actions}/{len(steps)} = {valid_actions / max(1, len(steps)):.0%} of steps valid   "
+    low, high = wilson_interval(valid_actions, len(steps)) if steps else (0.0, 0.0)
+    print(f"actions: {valid_actions}/{len(steps)} = {valid_actions / max(1, len(steps)):.0%} of steps valid "
+          f"(Wilson 95% {low:.0%}-{high:.0%})   "
           f"(target >= 90%; {parsed / max(1, len(steps)):.0%} parsed, the rest format errors)")
     print(f"skill validity: {sum(valid)}/{n} = {sum(valid) / n:.0%}   (target >= 80%)")
     if cfg.analyzer_retries:
-        valid_first = sum(s is not None for s in first)
+        valid_first = sum(a.valid for a in answers if a.attempt == 0)  # the first attempt alone
         print(f"  first attempt alone: {valid_first}/{n} = {valid_first / n:.0%}")
     # Cut answers: the generation stopped at the token budget. An invalid answer that was cut may only have
     # needed more tokens (a raised skill_max_new_tokens is the fix); one that stopped by itself was wrong.
