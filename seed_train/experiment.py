@@ -73,9 +73,12 @@ EVAL_LABELS = {"before": "before training", "after_stage1": "after Stage 1", "af
 # Fields the experiment sets per unit (the base config's values are ignored).
 MANAGED_FIELDS = ("seed", "output_dir", "eval_before", "eval_after", "eval_after_stage1", "save_final", "resume",
                   "stage1_from")
-# Fields that may change between a run and its rerun: they do not change what a unit computes.
-OPERATIONAL_FIELDS = ("threads", "checkpoint_every", "env_backend", "env_urls", "env_step_timeout_s",
-                      "env_episode_timeout_s")
+# Fields that may change between a run and its rerun: they do not change what a unit computes (threads and
+# micro-batches change float rounding only: the update is the minibatch's, tests/test_micro_batches.py; a unit's own
+# config.json keeps the value it ran with). Micro-batches are how a recipe that ran out of memory goes on in
+# its folder (searchqa-cpu's one-pass update: docs/results.md).
+OPERATIONAL_FIELDS = ("threads", "micro_batch_size", "checkpoint_every", "env_backend", "env_urls",
+                      "env_step_timeout_s", "env_episode_timeout_s")
 # Metrics drawn per arm over iterations when a run logs them (others' diagnostics included as they appear).
 CURVE_KEYS = ("success", "skill_valid_rate", "opd_grad_share", "gate_adv_cov", "gate_adv_cov_context",
               "gate_adv_cov_pooled")

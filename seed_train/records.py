@@ -11,7 +11,9 @@ keeps what the conclusions rest on:
   policies: the task id, ``#sJ`` for sample J), and a final ``1`` for an episode without an outcome (its
   env or endpoint failed: left out of every rate and test); for trained units the per-iteration metrics and every
   skill the run wrote (``skill_texts``, each distinct text once, and per episode ``[iteration, task_id,
-  category, success, index into skill_texts or null]``; :func:`unit_skills` expands them).
+  category, success, index into skill_texts or null]``; :func:`unit_skills` expands them), and the unit's
+  own values of the operational fields (``operational``: threads, micro-batch size...; units recorded before
+  2026-12-05 lack it).
 
 That is the record in memory. On disk (version 2) the strings every unit repeats are stored once, in the
 header: ``episodes`` (per split, each ``[key, category]`` the units evaluate) and ``tasks`` (each
@@ -275,6 +277,14 @@ def unit_entry(experiment: Any, unit: Any) -> dict[str, Any]:
         entry["metrics"] = _round([{k: v for k, v in m.items() if isinstance(v, (int, float, str)) or v is None}
                                    for m in metrics])
         entry["skill_texts"], entry["skills"] = _skills(unit.run_dir)
+        run_config = unit.run_dir / "config.json"
+        if run_config.is_file():
+            # How this unit computed (threads, micro-batches...), which may differ between units of one
+            # experiment: the header's base config holds the values of the latest process only.
+            from seed_train.experiment import OPERATIONAL_FIELDS
+
+            config = read_json_file(run_config)
+            entry["operational"] = {k: config[k] for k in OPERATIONAL_FIELDS if k in config}
     return entry
 
 

@@ -254,6 +254,9 @@ def test_experiment_two_arms_two_seeds_shared_stage1_paired_and_resumable(tmp_pa
     # A different base config in the same folder is refused before any work.
     assert main_train([*argv, "--lr", "1e-3"]) == 2
     assert "other values of ['lr']" in capsys.readouterr().err
+    # Micro-batches only change how the update fits in memory: a rerun may take them (nothing to run here).
+    assert main_train([*argv, "--micro-batch-size", "2"]) == 0
+    assert capsys.readouterr().out.count("finished earlier, skipped") == 8
     # A folder started by an older version, whose manifest lacks a field added since, reads it as its
     # default: the rerun goes on; a value other than the default is still refused.
     manifest = json.loads((exp / "experiment.json").read_text())
@@ -301,6 +304,10 @@ def check_records(exp, argv, capsys):
                                                                          "eval_after_test.trajectories.jsonl")]
     assert [bool(r[2]) for r in rows] == list(_tasks(exp / "seed1" / "seed" / "eval_after_test.trajectories.jsonl").values())
     assert unit["metrics"] and unit["metrics"][0]["iteration"] == 0 and "skill_valid_rate" in unit["metrics"][0]
+    # Each trained unit keeps how it computed: the micro-batch size a rerun may have changed (0: one pass here).
+    assert unit["operational"]["micro_batch_size"] == 0 and unit["operational"]["threads"] == \
+        json.loads((exp / "seed1" / "seed" / "run" / "config.json").read_text())["threads"]
+    assert "operational" in record.units[("stage1", 1, None)] and "operational" not in record.units[("before", 1, None)]
     trained = list(read_trajectories(exp / "seed1" / "seed" / "run" / "trajectories.jsonl"))
     assert [s[4] for s in unit_skills(unit)] == [t.meta["skill"] for t in trained]
     # The report rebuilt from the record alone equals the experiment's own, number for number.
