@@ -148,8 +148,10 @@ def run_in_children(args: argparse.Namespace) -> None:
         out = subprocess.run(cmd, check=False, capture_output=True, text=True)
         found = [line.split("\t")[1:] for line in out.stdout.splitlines() if line.startswith(MEMORY_LINE)]
         if out.returncode != 0 or not found:
-            # (an OOM kill shows as returncode -9: that itself is the answer for that variant)
-            print(f"  {name}: failed (exit {out.returncode}) {out.stderr.strip().splitlines()[-1:]}", flush=True)
+            # An OOM kill (SIGKILL, returncode -9) is itself the answer for that variant.
+            why = ("killed by SIGKILL (out of memory? see dmesg)" if out.returncode == -9
+                   else f"exit {out.returncode}: {out.stderr.strip().splitlines()[-1:]}")
+            print(f"  {name}: failed, {why}", flush=True)
             continue
         rows[name] = [float(x) for x in found[-1]]
         print(f"  {name}: {rows[name][0]:.1f}s, base {rows[name][1]:.0f} MiB, peak {rows[name][2]:.0f} MiB",

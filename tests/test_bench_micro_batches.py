@@ -47,3 +47,14 @@ def test_bench_micro_batches_memory_mode_runs_each_variant_in_its_own_process(tm
     for row in table.values():
         seconds, base, peak, update = (float(x) for x in row[-4:])
         assert seconds >= 0 and 0 < base <= peak and abs(update - (peak - base)) <= 1  # (the tiny update: ~0 s)
+
+
+def test_bench_micro_batches_memory_mode_reports_a_killed_variant(tmp_path, capsys, monkeypatch):
+    import subprocess
+
+    killed = subprocess.CompletedProcess(args=[], returncode=-9, stdout="", stderr="Loading weights: 100%\n")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: killed)  # every child OOM-killed
+    bench.main([str(tmp_path), "--samples", "4", "--micro", "2", "--one-pass", "--memory"])
+    out = capsys.readouterr().out
+    assert out.count("failed, killed by SIGKILL (out of memory? see dmesg)") == 3  # three variants, no table rows
+    assert not [line for line in out.splitlines() if line.startswith(("drawn", "heads", "one"))]
