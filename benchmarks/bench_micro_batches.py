@@ -94,13 +94,6 @@ def resident_mib() -> float:
     return float("nan")
 
 
-def peak_mib() -> float:
-    """The process's peak resident memory so far, in MiB."""
-    from seed_train.trainer import peak_rss_mb
-
-    return peak_rss_mb()
-
-
 MEMORY_LINE = "memory-of-variant"  # the child's result line, read back by the parent
 
 
@@ -163,13 +156,15 @@ def run_in_children(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from seed_train.trainer import peak_rss_mb
+
     cfg, policy, samples = load_samples(args.run_dir, args.samples, args.seed)
     variants = variants_of(args)
     if args.only:
         micro, ordered = variants[args.only]
         base: list[float] = []
         seconds = time_update(policy, samples, cfg, micro, ordered, args.seed, on_start=lambda: base.append(resident_mib()))
-        print(f"{MEMORY_LINE}\t{seconds}\t{base[0]}\t{peak_mib()}", flush=True)
+        print(f"{MEMORY_LINE}\t{seconds}\t{base[0]}\t{peak_rss_mb()}", flush=True)
         return
     print(f"{args.run_dir}: {len(samples)} step samples, prompts {min(len(s.prompt_ids) for s in samples)}-"
           f"{max(len(s.prompt_ids) for s in samples)} tokens; micro-batch {args.micro}; threads {args.threads}; "

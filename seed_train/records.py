@@ -280,7 +280,7 @@ def unit_entry(experiment: Any, unit: Any) -> dict[str, Any]:
         run_config = unit.run_dir / "config.json"
         if run_config.is_file():
             # How this unit computed (threads, micro-batches...), which may differ between units of one
-            # experiment: the header's base config holds the values of the latest process only.
+            # experiment: the header's base config holds one process's values only.
             from seed_train.experiment import OPERATIONAL_FIELDS
 
             config = read_json_file(run_config)
