@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=2 nice python benchmarks/skill_validity.py [--env-id seed/EZPoints-v0] [--demos 24]
         [--epochs 1] [--lr 5e-4] [--skill-repeats 1] [--skill-acting] [--rollouts 24] [--analyzer-retries 0] [--model smollm2-135m] [--seed 0]
-        [--analyzer-temperatures 1.0 0.7 0.5]
+        [--analyzer-temperatures 1.0 0.7 0.5] [--analyzer-budgets 64 96]
     OMP_NUM_THREADS=2 nice python benchmarks/skill_validity.py --config sokoban-cpu [--rollouts 24]
         [--trajectories runs/validity.jsonl]
 
@@ -76,6 +76,10 @@ def main() -> None:
     p.add_argument("--analyzer-temperatures", type=float, nargs="*", default=[],
                    help="also run the analyzer pass on the same rollouts at each of these temperatures (the run's "
                         "own is --analyzer-temperature of the config, else its rollout temperature)")
+    p.add_argument("--analyzer-budgets", type=int, nargs="*", default=[],
+                   help="also run the analyzer pass on the same rollouts with each of these token budgets "
+                        "(skill_max_new_tokens): whether answers cut at the run's own budget become valid with more "
+                        "tokens, without another Stage 1")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--examples", type=int, default=6)
     p.add_argument("--trajectories", default=None, metavar="PATH",
@@ -171,6 +175,18 @@ def main() -> None:
         print(f"analyzer at temperature {temperature:g}: {sum(s is not None for s in with_retries)}/{n} valid with "
               f"{cfg.analyzer_retries} retries ({seconds:.0f}s), {sum(s is not None for s in alone)}/{n} at the first "
               "attempt")
+    for budget in args.analyzer_budgets:
+        # The same rollouts and sampling seeds, another analyzer budget: what more tokens buy the cut answers.
+        at = dataclasses.replace(cfg, skill_max_new_tokens=budget)
+        more: list[AnalyzerAnswer] = []
+        t3 = time.perf_counter()
+        with_retries = generate_skills(policy.backend, policy.codec, trajectories, at, seed=args.seed + 2, answers=more)
+        seconds = time.perf_counter() - t3
+        first = sum(a.valid for a in more if a.attempt == 0)
+        cut = sum(a.cut for a in more if not a.valid)
+        print(f"analyzer budget {budget} tokens: {sum(s is not None for s in with_retries)}/{n} valid with "
+              f"{cfg.analyzer_retries} retries, {first}/{n} at the first attempt; {len(more)} answers, "
+              f"{sum(not a.valid for a in more)} invalid, {cut} of them cut at {budget} ({seconds:.0f}s)")
     print("\nexample skills:")
     for t, s in [(t, s) for t, s in zip(trajectories, skills) if s is not None][: args.examples]:
         print(f"  [{'won ' if t.success else 'lost'}] {s.text}   (summary: {s.summary})")

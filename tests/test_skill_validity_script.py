@@ -33,7 +33,8 @@ threads: 1
 """)
     trajectories = tmp_path / "validity.jsonl"
     monkeypatch.setattr(sys, "argv", ["skill_validity.py", "--config", str(config), "--rollouts", "4",
-                                      "--examples", "2", "--trajectories", str(trajectories)])
+                                      "--examples", "2", "--trajectories", str(trajectories),
+                                      "--analyzer-budgets", "8", "2"])
     with torch.random.fork_rng(devices=[]):  # load() seeds torch: later tests keep their RNG state
         script.main()
     out = capsys.readouterr().out
@@ -56,6 +57,14 @@ threads: 1
     assert answers, out
     total, invalid, cut, valid_cut = map(int, answers.groups())
     assert total == 4 and invalid == 4 - int(skills[1]) and cut <= invalid and valid_cut <= int(skills[1])
+    # The same rollouts re-analysed at other budgets: at the run's own (8) the same sampling seeds give the same
+    # answers; at 2 tokens no skill can be valid (it needs a summary and a rule) and every answer is cut.
+    again = re.search(r"analyzer budget 8 tokens: (\d+)/4 valid with 0 retries, (\d+)/4 at the first attempt; 4 answers, "
+                      r"(\d+) invalid, (\d+) of them cut at 8", out)
+    assert again and int(again[1]) == int(again[2]) == int(skills[1]) and int(again[3]) == invalid, out
+    assert int(again[4]) == cut
+    assert re.search(r"analyzer budget 2 tokens: 0/4 valid with 0 retries, 0/4 at the first attempt; 4 answers, "
+                     r"4 invalid, 4 of them cut at 2", out), out
     # The rollouts the counts came from, each with its skill (null where invalid): the same totals.
     written = list(read_trajectories(trajectories))
     assert len(written) == 4 and sum(len(t.steps) for t in written) == steps
