@@ -161,6 +161,13 @@ def main() -> None:
         print(f"invalid actions by their first words: {', '.join(f'{k!r} {c}' for k, c in kinds.most_common(8))}")
         for st in invalid[: args.examples]:
             print(f"  step {st.index}: {st.action[:120]!r}")
+        # Refused because the policy wanted another action, or because sampling at the rollout temperature drew an
+        # unlikely token (a miscopied name)? The least likely sampled token of each answer tells them apart.
+        lowest = {ok: [float(np.exp(min(st.response_logprobs))) for st in steps if st.response_logprobs
+                       and not st.format_error and st.invalid_action != ok] for ok in (True, False)}
+        print("least likely sampled token per answer: " + ", ".join(
+            f"{name} median p {np.median(ps):.3f} ({sum(p < 0.1 for p in ps)}/{len(ps)} below 0.1)"
+            for name, ps in (("refused", lowest[False]), ("valid", lowest[True])) if ps))
     if replays:
         print(f"valid skills that replay their episode's actions: {sum(replays)}/{len(replays)}")
     print(f"time: load + Stage 1 {stage1_s:.0f}s, rollouts {rollout_s:.0f}s, analyzer {analyze_s:.0f}s")
