@@ -59,6 +59,21 @@ def config(args: argparse.Namespace) -> SeedConfig:
     return SeedConfig.from_dict(settings)
 
 
+def reanalyse(policy, trajectories: list, cfg: SeedConfig, field: str, value, seed: int) -> str:
+    """Stage 2's analyzer pass over the same rollouts with one config field replaced; its counts as one line."""
+    at = dataclasses.replace(cfg, **{field: value})
+    answers: list[AnalyzerAnswer] = []
+    t0 = time.perf_counter()
+    skills = generate_skills(policy.backend, policy.codec, trajectories, at, seed=seed, answers=answers)
+    seconds = time.perf_counter() - t0
+    n = len(trajectories)
+    first = sum(a.valid for a in answers if a.attempt == 0)  # the same samples a pass without retries draws
+    invalid = [a for a in answers if not a.valid]
+    return (f"{sum(s is not None for s in skills)}/{n} valid with {cfg.analyzer_retries} retries, {first}/{n} at the "
+            f"first attempt; {len(answers)} answers, {len(invalid)} invalid, {sum(a.cut for a in invalid)} of them "
+            f"cut at {at.skill_max_new_tokens} ({seconds:.0f}s)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default=None, help="a recipe name (seed-train recipes) or YAML file to start from")
@@ -171,29 +186,12 @@ def main() -> None:
     if replays:
         print(f"valid skills that replay their episode's actions: {sum(replays)}/{len(replays)}")
     print(f"time: load + Stage 1 {stage1_s:.0f}s, rollouts {rollout_s:.0f}s, analyzer {analyze_s:.0f}s")
-    for temperature in args.analyzer_temperatures:
-        # The same rollouts and sampling seeds, another analyzer temperature: what the knob buys.
-        at = dataclasses.replace(cfg, analyzer_temperature=temperature)
-        t3 = time.perf_counter()
-        with_retries = generate_skills(policy.backend, policy.codec, trajectories, at, seed=args.seed + 2)
-        seconds = time.perf_counter() - t3
-        alone = generate_skills(policy.backend, policy.codec, trajectories, dataclasses.replace(at, analyzer_retries=0),
-                                seed=args.seed + 2)
-        print(f"analyzer at temperature {temperature:g}: {sum(s is not None for s in with_retries)}/{n} valid with "
-              f"{cfg.analyzer_retries} retries ({seconds:.0f}s), {sum(s is not None for s in alone)}/{n} at the first "
-              "attempt")
-    for budget in args.analyzer_budgets:
-        # The same rollouts and sampling seeds, another analyzer budget: what more tokens buy the cut answers.
-        at = dataclasses.replace(cfg, skill_max_new_tokens=budget)
-        more: list[AnalyzerAnswer] = []
-        t3 = time.perf_counter()
-        with_retries = generate_skills(policy.backend, policy.codec, trajectories, at, seed=args.seed + 2, answers=more)
-        seconds = time.perf_counter() - t3
-        first = sum(a.valid for a in more if a.attempt == 0)
-        cut = sum(a.cut for a in more if not a.valid)
-        print(f"analyzer budget {budget} tokens: {sum(s is not None for s in with_retries)}/{n} valid with "
-              f"{cfg.analyzer_retries} retries, {first}/{n} at the first attempt; {len(more)} answers, "
-              f"{sum(not a.valid for a in more)} invalid, {cut} of them cut at {budget} ({seconds:.0f}s)")
+    # The same rollouts and sampling seeds re-analysed with one analyzer setting changed: what the knob buys
+    # (more tokens for the answers cut at the budget, a cooler analyzer) without another Stage 1.
+    for field, label, values in (("analyzer_temperature", "temperature {:g}", args.analyzer_temperatures),
+                                 ("skill_max_new_tokens", "budget {} tokens", args.analyzer_budgets)):
+        for value in values:
+            print(f"analyzer {label.format(value)}: " + reanalyse(policy, trajectories, cfg, field, value, args.seed + 2))
     print("\nexample skills:")
     for t, s in [(t, s) for t, s in zip(trajectories, skills) if s is not None][: args.examples]:
         print(f"  [{'won ' if t.success else 'lost'}] {s.text}   (summary: {s.summary})")

@@ -34,7 +34,7 @@ threads: 1
     trajectories = tmp_path / "validity.jsonl"
     monkeypatch.setattr(sys, "argv", ["skill_validity.py", "--config", str(config), "--rollouts", "4",
                                       "--examples", "2", "--trajectories", str(trajectories),
-                                      "--analyzer-budgets", "8", "2"])
+                                      "--analyzer-budgets", "8", "2", "--analyzer-temperatures", "1.0"])
     with torch.random.fork_rng(devices=[]):  # load() seeds torch: later tests keep their RNG state
         script.main()
     out = capsys.readouterr().out
@@ -65,6 +65,11 @@ threads: 1
     assert int(again[4]) == cut
     assert re.search(r"analyzer budget 2 tokens: 0/4 valid with 0 retries, 0/4 at the first attempt; 4 answers, "
                      r"4 invalid, 4 of them cut at 2", out), out
+    # The same rollouts at an analyzer temperature: at the run's own (its rollout temperature, 1) the same answers.
+    cooler = re.search(r"analyzer temperature 1: (\d+)/4 valid with 0 retries, (\d+)/4 at the first attempt; "
+                       r"4 answers, (\d+) invalid, (\d+) of them cut at 8", out)
+    assert cooler and int(cooler[1]) == int(cooler[2]) == int(skills[1]), out
+    assert int(cooler[3]) == invalid and int(cooler[4]) == cut
     # The rollouts the counts came from, each with its skill (null where invalid): the same totals.
     written = list(read_trajectories(trajectories))
     assert len(written) == 4 and sum(len(t.steps) for t in written) == steps
