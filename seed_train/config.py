@@ -280,10 +280,11 @@ class SeedConfig:
     lr: float = _f(1e-6, "Stage 2 learning rate (paper: 1e-6 full fine-tuning; LoRA wants ~1e-5..1e-4)")
     ppo_epochs: int = _f(1, "passes over each iteration's samples")
     minibatch_size: int = _f(16, "samples (env steps) per optimizer step")
-    micro_batch_size: int = _f(0, "samples per forward/backward inside a minibatch: gradients accumulate over its "
-                                  "micro-batches, so the update is the minibatch's (the same token-mean denominators) "
-                                  "in the memory of a micro-batch; 0: the whole minibatch in one pass. Long prompts "
-                                  "(ALFWorld, WebShop) need it on small machines")
+    micro_batch_size: int = _f(0, "samples per forward/backward inside a minibatch (Stage 2) or batch (Stage 1): "
+                                  "gradients accumulate over its micro-batches, so the update is the minibatch's "
+                                  "(the same token-mean denominators) in the memory of a micro-batch; 0: the whole "
+                                  "minibatch in one pass. Long prompts (ALFWorld, WebShop, search QA) need it on "
+                                  "small machines")
     clip_eps: float = _f(0.2, "PPO clip range")
     dual_clip_c: float = _f(3.0, "dual-clip PPO: a token with negative advantage A has its loss capped at -c*A "
                                  "(verl clip_ratio_c; the paper's code uses 3); must be > 1, 0 disables")

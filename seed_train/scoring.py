@@ -25,7 +25,10 @@ EZPoints prompts it removes most of a scoring pass (``benchmarks/bench_train_ste
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
@@ -244,6 +247,22 @@ def _shared_prefix_logprobs(
         for i, response in enumerate(resp_chunk):
             results.append(logprobs[i, : len(response)])
     return results
+
+
+def heads_together(idx: np.ndarray, rows: Sequence[Any]) -> np.ndarray:
+    """A minibatch's row indices ordered by their rows' ``prompt_ids``, so that rows sharing a prompt head (a
+    group's same turn, an episode's task) fall into the same micro-batch, where the head runs once. The
+    accumulated gradient is a sum over the rows, so the order changes nothing but float rounding."""
+    return np.asarray(sorted(idx, key=lambda i: rows[i].prompt_ids), dtype=np.asarray(idx).dtype)
+
+
+def micro_batches(idx: np.ndarray, micro_batch_size: int,
+                  order: Callable[[np.ndarray], np.ndarray] | None = None) -> list[np.ndarray]:
+    """A minibatch's rows as near-equal micro-batches of at most ``micro_batch_size`` rows (0: one pass, the
+    rows as they are); ``order`` rearranges the rows before they are split (:func:`heads_together`)."""
+    if micro_batch_size <= 0 or len(idx) <= micro_batch_size:
+        return [idx]
+    return np.array_split(idx if order is None else order(idx), -(-len(idx) // micro_batch_size))
 
 
 def response_logprobs(

@@ -34,7 +34,7 @@ from seed_train.parallel import ReplicatedWeights
 from seed_train.progress import progress_bar
 from seed_train.codec import prompt_codec
 from seed_train.rollout import EnvSpec
-from seed_train.scoring import auto_prefix_groups, response_logprobs
+from seed_train.scoring import auto_prefix_groups, heads_together, micro_batches, response_logprobs
 from seed_train.skills import Skill, rule_based_skill, skill_augmented_prompt
 from wrappers import Trajectory, format_response
 from wrappers.stack import default_tools
@@ -184,8 +184,12 @@ def has_active_dropout(model) -> bool:
 
 def sft_train(model, pairs: Sequence[SFTPair], *, lr: float, epochs: int, batch_size: int, seed: int,
               grad_clip: float = 1.0, progress: Callable[[str], None] | None = None,
-              layout: ReplicatedWeights | None = None) -> list[float]:
+              layout: ReplicatedWeights | None = None, micro_batch_size: int = 0) -> list[float]:
     """Token-mean negative log-likelihood of the responses; returns the loss of every optimizer step.
+
+    ``micro_batch_size`` (the config's, as in Stage 2): a batch runs as forward/backward passes of at most
+    that many rows whose gradients accumulate; every pass's token mean takes the whole batch's token count,
+    so the step is the one pass's (to rounding) in the memory of a micro-batch (0: one pass).
 
     Data parallel (several processes): every rank draws the same batches and takes its strided share
     of each; the token mean uses the whole batch's token count and ``layout``
@@ -193,7 +197,7 @@ def sft_train(model, pairs: Sequence[SFTPair], *, lr: float, epochs: int, batch_
     """
     import torch
 
-    from seed_train.distributed import dist_info, sum_over_ranks
+    from seed_train.distributed import dist_info, max_over_ranks, sum_over_ranks
 
     layout = layout or ReplicatedWeights()
     info = dist_info()
@@ -212,21 +216,26 @@ def sft_train(model, pairs: Sequence[SFTPair], *, lr: float, epochs: int, batch_
             # The whole batch's token count over the world size (one process: this batch's count).
             count = sum_over_ranks(sum(len(p.response_ids) for p in batch)) / info.world_size
             optimizer.zero_grad(set_to_none=True)
-            if batch:
-                # Shared heads (system prompt, task) run once per batch; not under FSDP/ZeRO, whose forwards
+            unique, copies = merged_copies(batch) if merge else (batch, [1] * len(batch))
+            rows = np.arange(len(unique))
+            parts = micro_batches(rows, micro_batch_size, order=lambda r: heads_together(r, unique)) if batch else []
+            # Lockstep layouts: every pass is a collective, so every rank runs as many as the busiest one.
+            passes = max_over_ranks(max(len(parts), 1)) if layout.lockstep else max(len(parts), 1)
+            value = 0.0
+            for n, part in enumerate(parts):
+                # Shared heads (system prompt, task) run once per pass; not under FSDP/ZeRO, whose forwards
                 # are collectives that every rank must run the same number of times.
-                unique, copies = merged_copies(batch) if merge else (batch, [1] * len(batch))
-                prompts = [p.prompt_ids for p in unique]
-                logprobs, mask = response_logprobs(model, prompts, [p.response_ids for p in unique],
-                                                   batch_size=batch_size, grad=True,
+                prompts = [unique[i].prompt_ids for i in part]
+                logprobs, mask = response_logprobs(model, prompts, [unique[i].response_ids for i in part],
+                                                   batch_size=len(part), grad=True,
                                                    prefix_groups=None if layout.lockstep else auto_prefix_groups(prompts))
-                weights = torch.tensor(copies, dtype=logprobs.dtype, device=logprobs.device)[:, None]
-                loss = -masked_token_mean(logprobs * weights, mask, count)
-                layout.backward(loss)
-                value = float(loss.detach())
-            else:
-                value = 0.0
-                layout.backward_no_samples(model)
+                weights = torch.tensor([copies[i] for i in part], dtype=logprobs.dtype, device=logprobs.device)
+                loss = -masked_token_mean(logprobs * weights[:, None], mask, count)
+                layout.backward(loss, last=n == passes - 1)
+                value += float(loss.detach())  # token means over the batch's count: they add up
+                del logprobs, loss  # (free this pass's graph before the next one's forward)
+            for n in range(len(parts), passes):
+                layout.backward_no_samples(model, last=n == passes - 1)
             layout.step(optimizer, params, grad_clip)
             losses.append(sum_over_ranks(value) / info.world_size)
             bar.update(1)

@@ -70,7 +70,7 @@ from seed_train.rollout import (EnvPool, EnvSpec, RolloutStats, group_jobs, pane
                                 sample_tasks_by_category)
 from seed_train.samples import (StepSample, build_samples, record_teacher_logprobs, response_tensors,
                                 step_advantages)
-from seed_train.scoring import auto_prefix_groups, response_logprobs
+from seed_train.scoring import auto_prefix_groups, heads_together, micro_batches, response_logprobs
 from seed_train.skill_sources import AnalyzerAnswer, SkillSource, generate_skills, make_skill_source
 from seed_train.skills import Skill, rule_based_skill
 from seed_train.stage1 import collect_demonstrations, repeat_skill_pairs, sft_pairs, sft_train
@@ -238,22 +238,6 @@ def peak_rss_mb() -> float:
         return math.nan
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024 if sys.platform == "darwin" else 1024)
-
-
-def heads_together(idx: np.ndarray, samples: Sequence[StepSample]) -> np.ndarray:
-    """A minibatch's rows ordered by prompt ids, so that rows sharing a prompt head (a group's same turn, an
-    episode's task) fall into the same micro-batch, where the head runs once. The accumulated gradient is a
-    sum over the rows, so the order changes nothing but float rounding."""
-    return np.asarray(sorted(idx, key=lambda i: samples[i].prompt_ids), dtype=np.asarray(idx).dtype)
-
-
-def micro_batches(idx: np.ndarray, micro_batch_size: int,
-                  order: Callable[[np.ndarray], np.ndarray] | None = None) -> list[np.ndarray]:
-    """A minibatch's rows as near-equal micro-batches of at most ``micro_batch_size`` rows (0: one pass, the
-    rows as they are); ``order`` rearranges the rows before they are split (:func:`heads_together`)."""
-    if micro_batch_size <= 0 or len(idx) <= micro_batch_size:
-        return [idx]
-    return np.array_split(idx if order is None else order(idx), -(-len(idx) // micro_batch_size))
 
 
 def no_gradient_signal(advantages: torch.Tensor, opd_tokens: int, cfg: SeedConfig) -> bool:
@@ -455,7 +439,8 @@ def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None],
         f"{cfg.stage1_epochs} epoch(s) of batch {cfg.stage1_batch_size} ...")
     t0 = time.perf_counter()
     losses = sft_train(policy.model, pairs, lr=cfg.stage1_lr, epochs=cfg.stage1_epochs,
-                       batch_size=cfg.stage1_batch_size, seed=cfg.seed, grad_clip=cfg.grad_clip, layout=layout)
+                       batch_size=cfg.stage1_batch_size, seed=cfg.seed, grad_clip=cfg.grad_clip, layout=layout,
+                       micro_batch_size=cfg.micro_batch_size)
     say(f"Stage 1 done: {len(pairs)} SFT pairs from {len(demos)} demos, loss {losses[0]:.3f} -> {losses[-1]:.3f} "
         f"({time.perf_counter() - t0:.0f}s)")
     return {"stage1_pairs": len(pairs), "stage1_loss_first": losses[0], "stage1_loss_last": losses[-1]}

@@ -292,10 +292,10 @@ def test_accelerate_fsdp_matches_one_process_and_resumes_across_layouts(tmp_path
 def test_accelerate_fsdp_full_finetune_with_uneven_shards(tmp_path):
     """Full fine-tuning under FSDP2 with 3 groups on 2 ranks and 2-sample minibatches: one rank runs out of
     samples before the last minibatches and joins them with zero-weighted passes (no hang), and the
-    weights move. Stage 1 with 1-pair batches leaves rank 1 an empty share at every step (the same
-    zero-weighted passes), then θ_0 is gathered whole for the KL term's frozen copy. With
-    ``fsdp_activation_checkpointing`` on, and 1-sample micro-batches (a rank with fewer passes in a
-    minibatch pads with zero-weighted ones)."""
+    weights move. Stage 1 in 3-pair batches and 1-pair micro-batches gives rank 0 two passes a step and rank 1
+    one, which it pads with a zero-weighted pass (no hang), then θ_0 is gathered whole for the KL term's frozen
+    copy. With ``fsdp_activation_checkpointing`` on, and 1-sample micro-batches in Stage 2 too (a rank with
+    fewer passes in a minibatch pads with zero-weighted ones)."""
     from safetensors.torch import load_file
 
     from seed_train.tiny import cached_tiny_model
@@ -307,7 +307,7 @@ def test_accelerate_fsdp_full_finetune_with_uneven_shards(tmp_path):
     base[base.index("--tasks-per-iteration") + 1] = "3"
     base[base.index("--minibatch-size") + 1] = "2"
     base[base.index("--stage1-demos") + 1] = "2"
-    base += ["--stage1-epochs", "1", "--stage1-batch-size", "1", "--micro-batch-size", "1"]
+    base += ["--stage1-epochs", "1", "--stage1-batch-size", "3", "--micro-batch-size", "1"]
     launched = _launch([*LAUNCH_FSDP, "--fsdp_activation_checkpointing", "true"], base)
     assert launched.returncode == 0, launched.stderr[-3000:]
     metrics = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])

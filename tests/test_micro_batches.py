@@ -1,5 +1,5 @@
-"""Micro-batches inside a Stage 2 minibatch (``--micro-batch-size``): gradient accumulation gives the
-update of the whole minibatch in one pass (the token means keep the minibatch's denominators), with no
+"""Micro-batches inside a Stage 2 minibatch or a Stage 1 batch (``--micro-batch-size``): gradient accumulation
+gives the update of the whole minibatch in one pass (the token means keep the minibatch's denominators), with no
 forward wider than a micro-batch. The layouts' accumulation under FSDP2 and ZeRO is checked against the
 1-process run in tests/test_distributed.py."""
 from __future__ import annotations
@@ -11,11 +11,14 @@ import numpy as np
 import pytest
 import torch
 
+import seed_train.stage1 as stage1_module
 import seed_train.trainer as trainer_module
 from seed_train.config import SeedConfig
+from seed_train.parallel import ReplicatedWeights
 from seed_train.rollout import EnvPool, EnvSpec, group_jobs, run_episodes
 from seed_train.samples import build_samples
 from seed_train.skills import Skill
+from seed_train.stage1 import SFTPair, sft_train
 from seed_train.tiny import cached_tiny_model
 from seed_train.trainer import heads_together, load, micro_batches, score_samples, update_policy
 
@@ -119,3 +122,45 @@ def test_rows_sharing_a_prompt_head_fall_into_one_micro_batch():
     parts = micro_batches(drawn, 3, order=lambda rows: heads_together(rows, samples))
     assert [sorted(p.tolist()) for p in parts] == [[1, 3, 5], [0, 2, 4]]  # task_b's rows, then task_a's
     assert heads_together(drawn, samples).dtype == drawn.dtype
+
+
+class _SGDLayout(ReplicatedWeights):
+    """The one-process layout with plain SGD: the weights move by exactly the gradient times lr, so equal
+    weights mean equal gradients (AdamW's first step is about the gradients' signs, which rounding can flip)."""
+
+    def make_optimizer(self, model, lr, grad_clip):
+        return torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
+
+
+def _sft(model, pairs, micro_batch_size, monkeypatch):
+    """Two epochs of Stage 1 SFT on a copy of ``model``; returns the weights, the losses and every forward's rows."""
+    model = copy.deepcopy(model)
+    rows: list[int] = []
+    real = stage1_module.response_logprobs
+    monkeypatch.setattr(stage1_module, "response_logprobs", lambda m, prompts, *a, **k: rows.append(len(prompts))
+                        or real(m, prompts, *a, **k))
+    losses = sft_train(model, pairs, lr=0.5, epochs=2, batch_size=5, seed=3, grad_clip=1e9, layout=_SGDLayout(),
+                       micro_batch_size=micro_batch_size)
+    monkeypatch.undo()
+    return [p.detach().clone() for p in model.parameters()], losses, rows
+
+
+def test_stage1_micro_batches_give_the_batch_update_with_no_wider_forward(monkeypatch):
+    """Stage 1 takes the config's micro_batch_size as Stage 2 does: a batch of 5 pairs as passes of at most 2 rows
+    (copies of a pair merged first, as in one pass) gives the one-pass losses and weights."""
+    with torch.random.fork_rng(devices=[]):
+        model = load(SeedConfig(model=str(cached_tiny_model(seed=0)), lora=False)).model
+    rng = np.random.default_rng(7)
+    head = [int(t) for t in rng.integers(5, 200, size=12)]  # a system prompt every pair shares
+    pairs = [SFTPair(head + [int(t) for t in rng.integers(5, 200, size=int(rng.integers(2, 9)))],
+                     [int(t) for t in rng.integers(5, 200, size=int(rng.integers(1, 6)))], "act") for _ in range(9)]
+    pairs += [pairs[0], pairs[0], pairs[4]]  # copies, as repeat_skill_pairs makes them
+    whole_w, whole_losses, whole_rows = _sft(model, pairs, 0, monkeypatch)
+    assert max(whole_rows) > 2 and len(whole_losses) == 2 * 3  # ceil(12 / 5) batches an epoch, one pass each
+    w, losses, rows = _sft(model, pairs, 2, monkeypatch)
+    assert max(rows) <= 2 and len(rows) > len(whole_rows) and sum(rows) == sum(whole_rows)
+    assert losses == pytest.approx(whole_losses, rel=1e-5)
+    moved = [not torch.equal(a, b) for a, b in zip(w, model.parameters())]
+    assert sum(moved) > 10  # SFT moved the weights ...
+    for a, b in zip(w, whole_w):  # ... and by the one-pass step
+        torch.testing.assert_close(a, b, atol=2e-6, rtol=1e-5)
