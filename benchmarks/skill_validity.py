@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=2 nice python benchmarks/skill_validity.py [--env-id seed/EZPoints-v0] [--demos 24]
         [--epochs 1] [--lr 5e-4] [--skill-repeats 1] [--skill-acting] [--rollouts 24] [--analyzer-retries 0] [--model smollm2-135m] [--seed 0]
-        [--analyzer-temperatures 1.0 0.7 0.5] [--analyzer-budgets 64 96]
+        [--analyzer-temperatures 1.0 0.7 0.5] [--analyzer-budgets 64 96] [--rollout-top-p 0.9 0.8]
     OMP_NUM_THREADS=2 nice python benchmarks/skill_validity.py --config sokoban-cpu [--rollouts 24]
         [--trajectories runs/validity.jsonl]
 
@@ -15,7 +15,9 @@ and was valid (issue 30's target: >= 90%) with examples of the answers that did 
 the env refused, the skill valid rate (DESIGN.md's target: >= 80% after
 Stage 1), split by outcome, how many invalid analyzer answers stopped at the token budget (cut: more
 tokens might have made them valid) rather than by themselves, the share of valid skills that replay two or more of their
-episode's consecutive actions, and example skills; what an invalid answer looks like is shown from a
+episode's consecutive actions, and example skills; with ``--rollout-top-p`` the same Stage 1 policy replays the
+same tasks and sampling seeds at other nucleus sizes, each with the actions' and skills' validity and what
+Stage 2 would have to learn from (groups whose returns differ, distinct answer sequences per group); what an invalid answer looks like is shown from a
 fresh sample of the same prompts. On another env than EZPoints, the quickstart's EZPoints-only
 settings (template, history, max_steps) give way to the env's defaults.
 """
@@ -74,6 +76,27 @@ def reanalyse(policy, trajectories: list, cfg: SeedConfig, field: str, value, se
             f"cut at {at.skill_max_new_tokens} ({seconds:.0f}s)")
 
 
+def play_summary(trajectories: list, skills: list, answers: list[AnalyzerAnswer]) -> str:
+    """One line: actions and skills valid, and what GRPO could learn from these rollouts. Its advantages are
+    zero in a group whose returns are all equal, and a group that writes the same answers four times explores
+    nothing; narrower sampling (top_p < 1) can raise validity at the cost of both."""
+    steps = [st for t in trajectories for st in t.steps]
+    valid_actions = sum(not st.format_error and not st.invalid_action for st in steps)
+    low, high = wilson_interval(valid_actions, len(steps)) if steps else (0.0, 0.0)
+    groups: dict[str, list] = {}
+    for t in trajectories:
+        groups.setdefault(t.group_id, []).append(t)
+    spread = sum(len({round(t.return_, 6) for t in g}) > 1 for g in groups.values())
+    distinct = np.mean([len({tuple(st.response for st in t.steps) for t in g}) for g in groups.values()])
+    n = len(trajectories)
+    first = sum(a.valid for a in answers if a.attempt == 0)
+    return (f"actions {valid_actions}/{len(steps)} = {valid_actions / max(1, len(steps)):.0%} valid (Wilson 95% "
+            f"{low:.0%}-{high:.0%}); skills {sum(s is not None for s in skills)}/{n} valid ({first}/{n} at the first "
+            f"attempt); success {sum(t.success for t in trajectories)}/{n}, mean return "
+            f"{np.mean([t.return_ for t in trajectories]):.3f}; groups whose returns differ {spread}/{len(groups)}, "
+            f"distinct answer sequences per group {distinct:.2f} of {len(trajectories) // max(1, len(groups))}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default=None, help="a recipe name (seed-train recipes) or YAML file to start from")
@@ -95,6 +118,10 @@ def main() -> None:
                    help="also run the analyzer pass on the same rollouts with each of these token budgets "
                         "(skill_max_new_tokens): whether answers cut at the run's own budget become valid with more "
                         "tokens, without another Stage 1")
+    p.add_argument("--rollout-top-p", type=float, nargs="*", default=[],
+                   help="also replay the same tasks with the same sampling seeds at each of these top_p values "
+                        "(the Stage 1 policy unchanged), each analysed as Stage 2 would: what narrower sampling "
+                        "buys in valid actions and costs in GRPO's signal, without another Stage 1")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--examples", type=int, default=6)
     p.add_argument("--trajectories", default=None, metavar="PATH",
@@ -186,6 +213,20 @@ def main() -> None:
     if replays:
         print(f"valid skills that replay their episode's actions: {sum(replays)}/{len(replays)}")
     print(f"time: load + Stage 1 {stage1_s:.0f}s, rollouts {rollout_s:.0f}s, analyzer {analyze_s:.0f}s")
+    print(f"rollout top_p {cfg.top_p:g}: " + play_summary(trajectories, skills, answers))
+    # The same tasks, env seeds and sampling seeds at a narrower nucleus: the rollouts differ only by top_p.
+    for top_p in args.rollout_top_p:
+        at = dataclasses.replace(cfg, top_p=top_p)
+        t3 = time.perf_counter()
+        pool = EnvPool(spec)
+        replayed = run_episodes(policy.backend, policy.codec, pool, jobs, max_new_tokens=at.max_new_tokens,
+                                temperature=at.temperature, top_p=at.top_p, seed=args.seed + 1)
+        pool.close()
+        replay_answers: list[AnalyzerAnswer] = []
+        replay_skills = generate_skills(policy.backend, policy.codec, replayed, at, seed=args.seed + 2,
+                                        answers=replay_answers)
+        print(f"rollout top_p {top_p:g}: " + play_summary(replayed, replay_skills, replay_answers)
+              + f" ({time.perf_counter() - t3:.0f}s)")
     # The same rollouts and sampling seeds re-analysed with one analyzer setting changed: what the knob buys
     # (more tokens for the answers cut at the budget, a cooler analyzer) without another Stage 1.
     for field, label, values in (("analyzer_temperature", "temperature {:g}", args.analyzer_temperatures),

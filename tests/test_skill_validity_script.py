@@ -34,7 +34,8 @@ threads: 1
     trajectories = tmp_path / "validity.jsonl"
     monkeypatch.setattr(sys, "argv", ["skill_validity.py", "--config", str(config), "--rollouts", "4",
                                       "--examples", "2", "--trajectories", str(trajectories),
-                                      "--analyzer-budgets", "8", "2", "--analyzer-temperatures", "1.0"])
+                                      "--analyzer-budgets", "8", "2", "--analyzer-temperatures", "1.0",
+                                      "--rollout-top-p", "1.0", "1e-6"])
     with torch.random.fork_rng(devices=[]):  # load() seeds torch: later tests keep their RNG state
         script.main()
     out = capsys.readouterr().out
@@ -70,6 +71,19 @@ threads: 1
                        r"4 answers, (\d+) invalid, (\d+) of them cut at 8", out)
     assert cooler and int(cooler[1]) == int(cooler[2]) == int(skills[1]), out
     assert int(cooler[3]) == invalid and int(cooler[4]) == cut
+    # The same tasks replayed at other nucleus sizes. At the run's own top_p (1) the same seeds replay the same
+    # rollouts and answers: the line matches the run's own, which matches the counts above.
+    own = re.search(r"rollout top_p 1: (actions (\d+)/(\d+) = .*; skills (\d+)/4 valid .*)\n", out)
+    assert own and (int(own[2]), int(own[3]), int(own[4])) == (valid, steps, int(skills[1])), out
+    replay = re.search(r"rollout top_p 1: (actions .*) \(\d+s\)\n", out)
+    assert replay and replay[1] == own[1], out
+    # The untrained model samples freely at top_p 1: the two members of each group write different answers.
+    assert "distinct answer sequences per group 2.00 of 2" in own[1], out
+    # At a nucleus of one token every member of a group (same task, same reset seed) writes the argmax: one answer
+    # sequence per group and one return, so GRPO would have nothing to learn from.
+    narrow = re.search(r"rollout top_p 1e-06: actions .*; groups whose returns differ 0/2, distinct answer sequences "
+                       r"per group 1\.00 of 2 \(\d+s\)", out)
+    assert narrow, out
     # The rollouts the counts came from, each with its skill (null where invalid): the same totals.
     written = list(read_trajectories(trajectories))
     assert len(written) == 4 and sum(len(t.steps) for t in written) == steps
