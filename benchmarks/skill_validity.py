@@ -67,16 +67,21 @@ def reanalyse(policy, trajectories: list, cfg: SeedConfig, field: str, value, se
     answers: list[AnalyzerAnswer] = []
     t0 = time.perf_counter()
     skills = generate_skills(policy.backend, policy.codec, trajectories, at, seed=seed, answers=answers)
-    seconds = time.perf_counter() - t0
-    n = len(trajectories)
-    first = sum(a.valid for a in answers if a.attempt == 0)  # the same samples a pass without retries draws
+    return f"{analyzer_counts(skills, answers, at)} ({time.perf_counter() - t0:.0f}s)"
+
+
+def analyzer_counts(skills: list, answers: list[AnalyzerAnswer], cfg: SeedConfig) -> str:
+    """Skills valid, valid at the first attempt (the samples a pass without retries draws) and the invalid answers
+    cut at the analyzer's token budget, as one phrase."""
+    n = len(skills)
+    first = sum(a.valid for a in answers if a.attempt == 0)
     invalid = [a for a in answers if not a.valid]
     return (f"{sum(s is not None for s in skills)}/{n} valid with {cfg.analyzer_retries} retries, {first}/{n} at the "
             f"first attempt; {len(answers)} answers, {len(invalid)} invalid, {sum(a.cut for a in invalid)} of them "
-            f"cut at {at.skill_max_new_tokens} ({seconds:.0f}s)")
+            f"cut at {cfg.skill_max_new_tokens}")
 
 
-def play_summary(trajectories: list, skills: list, answers: list[AnalyzerAnswer]) -> str:
+def play_summary(trajectories: list, skills: list, answers: list[AnalyzerAnswer], cfg: SeedConfig) -> str:
     """One line: actions and skills valid, and what GRPO could learn from these rollouts. Its advantages are
     zero in a group whose returns are all equal, and a group that writes the same answers four times explores
     nothing; narrower sampling (top_p < 1) can raise validity at the cost of both."""
@@ -89,10 +94,8 @@ def play_summary(trajectories: list, skills: list, answers: list[AnalyzerAnswer]
     spread = sum(len({round(t.return_, 6) for t in g}) > 1 for g in groups.values())
     distinct = np.mean([len({tuple(st.response for st in t.steps) for t in g}) for g in groups.values()])
     n = len(trajectories)
-    first = sum(a.valid for a in answers if a.attempt == 0)
     return (f"actions {valid_actions}/{len(steps)} = {valid_actions / max(1, len(steps)):.0%} valid (Wilson 95% "
-            f"{low:.0%}-{high:.0%}); skills {sum(s is not None for s in skills)}/{n} valid ({first}/{n} at the first "
-            f"attempt); success {sum(t.success for t in trajectories)}/{n}, mean return "
+            f"{low:.0%}-{high:.0%}); skills {analyzer_counts(skills, answers, cfg)}; success {sum(t.success for t in trajectories)}/{n}, mean return "
             f"{np.mean([t.return_ for t in trajectories]):.3f}; groups whose returns differ {spread}/{len(groups)}, "
             f"distinct answer sequences per group {distinct:.2f} of {len(trajectories) // max(1, len(groups))}")
 
@@ -213,7 +216,7 @@ def main() -> None:
     if replays:
         print(f"valid skills that replay their episode's actions: {sum(replays)}/{len(replays)}")
     print(f"time: load + Stage 1 {stage1_s:.0f}s, rollouts {rollout_s:.0f}s, analyzer {analyze_s:.0f}s")
-    print(f"rollout top_p {cfg.top_p:g}: " + play_summary(trajectories, skills, answers))
+    print(f"rollout top_p {cfg.top_p:g}: " + play_summary(trajectories, skills, answers, cfg))
     # The same tasks, env seeds and sampling seeds at a narrower nucleus: the rollouts differ only by top_p.
     for top_p in args.rollout_top_p:
         at = dataclasses.replace(cfg, top_p=top_p)
@@ -225,7 +228,7 @@ def main() -> None:
         replay_answers: list[AnalyzerAnswer] = []
         replay_skills = generate_skills(policy.backend, policy.codec, replayed, at, seed=args.seed + 2,
                                         answers=replay_answers)
-        print(f"rollout top_p {top_p:g}: " + play_summary(replayed, replay_skills, replay_answers)
+        print(f"rollout top_p {top_p:g}: " + play_summary(replayed, replay_skills, replay_answers, at)
               + f" ({time.perf_counter() - t3:.0f}s)")
     # The same rollouts and sampling seeds re-analysed with one analyzer setting changed: what the knob buys
     # (more tokens for the answers cut at the budget, a cooler analyzer) without another Stage 1.

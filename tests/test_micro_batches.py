@@ -49,6 +49,15 @@ def batch():
     return policy, samples, scored
 
 
+def _count_forward_rows(module, monkeypatch) -> list[int]:
+    """The row count of every ``response_logprobs`` forward ``module`` makes, in order, until ``monkeypatch.undo()``."""
+    rows: list[int] = []
+    real = module.response_logprobs
+    monkeypatch.setattr(module, "response_logprobs", lambda m, prompts, *a, **k: rows.append(len(prompts))
+                        or real(m, prompts, *a, **k))
+    return rows
+
+
 def _update(policy, samples, scored, micro_batch_size, monkeypatch):
     """One update_policy call on a copy of the model with plain SGD (the weights move by exactly the
     clipped gradient times lr, so equal weights mean equal gradients); returns the weights, the stats and
@@ -57,10 +66,7 @@ def _update(policy, samples, scored, micro_batch_size, monkeypatch):
                      ppo_epochs=2, micro_batch_size=micro_batch_size, grad_clip=1e9)
     model = copy.deepcopy(policy.model)
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
-    rows: list[int] = []
-    real = trainer_module.response_logprobs
-    monkeypatch.setattr(trainer_module, "response_logprobs", lambda m, prompts, *a, **k: rows.append(len(prompts))
-                        or real(m, prompts, *a, **k))
+    rows = _count_forward_rows(trainer_module, monkeypatch)
     stats = update_policy(model, optimizer, samples, scored, cfg, np.random.default_rng(0))
     monkeypatch.undo()
     return [p.detach().clone() for p in model.parameters()], stats, rows
@@ -135,10 +141,7 @@ class _SGDLayout(ReplicatedWeights):
 def _sft(model, pairs, micro_batch_size, monkeypatch):
     """Two epochs of Stage 1 SFT on a copy of ``model``; returns the weights, the losses and every forward's rows."""
     model = copy.deepcopy(model)
-    rows: list[int] = []
-    real = stage1_module.response_logprobs
-    monkeypatch.setattr(stage1_module, "response_logprobs", lambda m, prompts, *a, **k: rows.append(len(prompts))
-                        or real(m, prompts, *a, **k))
+    rows = _count_forward_rows(stage1_module, monkeypatch)
     losses = sft_train(model, pairs, lr=0.5, epochs=2, batch_size=5, seed=3, grad_clip=1e9, layout=_SGDLayout(),
                        micro_batch_size=micro_batch_size)
     monkeypatch.undo()
