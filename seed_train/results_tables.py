@@ -241,10 +241,28 @@ SEED_ARMS = ("seed", "seed-static")
 CONTROL_ARMS = ("seed-wrong-rule", "seed-static-wrong", "seed-empty", "seed-shuffled-tasks")
 
 
+def shown_arms(policies: dict[str, list[float | None]]) -> tuple[str | None, str | None]:
+    """The SEED arm README's per-env table shows and its content control. The SEED arm is the one over the most
+    training seeds among :data:`SEED_ARMS` and their variants (``seed@opd_coef=0.5``), earlier in SEED_ARMS and
+    the plain arm first on a tie; its control, the first of :data:`CONTROL_ARMS` run with the same overrides
+    (``seed-wrong-rule@opd_coef=0.5``), else the first present."""
+    def seeds(name: str) -> int:
+        return sum(v is not None for v in policies[name])
+
+    candidates = [n for base in SEED_ARMS for n in policies if n.split("@")[0] == base]
+    if not candidates:
+        return None, next((a for a in CONTROL_ARMS if a in policies), None)
+    seed_arm = max(candidates, key=lambda n: (seeds(n), -SEED_ARMS.index(n.split("@")[0]), "@" not in n))
+    overrides = seed_arm[len(seed_arm.split("@")[0]):]
+    control = next((a + overrides for a in CONTROL_ARMS if a + overrides in policies),
+                   next((a for a in CONTROL_ARMS if a in policies), None))
+    return seed_arm, control
+
+
 def env_block(experiments: list[dict[str, Any]] | None = None) -> str:
     """README's per-env table: for each paper env (then any other recorded env), each record's mean success
     over its training seeds before training, after Stage 1 and after Stage 2 per arm (SFT+GRPO, SEED, its
-    content control), per panel; an env with no record gets a row that says so. ``experiments``: default,
+    content control: :func:`shown_arms`), per panel; an env with no record gets a row that says so. ``experiments``: default,
     every committed record."""
     experiments = recorded_experiments() if experiments is None else experiments
     rows = ["| env | record | seeds | panel | before | after Stage 1 | SFT+GRPO | SEED | content control |",
@@ -269,8 +287,7 @@ def env_block(experiments: list[dict[str, Any]] | None = None) -> str:
                 policies = splits.get(split)
                 if not policies:
                     continue
-                seed_arm = next((a for a in SEED_ARMS if a in policies), None)
-                control = next((a for a in CONTROL_ARMS if a in policies), None)
+                seed_arm, control = shown_arms(policies)
                 rows.append(f"| {env} | [{e['name']}](docs/results.md) | {len(seeds)} | {split} "
                             f"| {mean(policies, 'before')} | {mean(policies, 'after_stage1')} "
                             f"| {mean(policies, 'sft-grpo')} | {mean(policies, seed_arm)}"

@@ -122,6 +122,29 @@ def test_the_per_env_table_lists_every_paper_env_with_its_record_or_none():
     assert len(rows) == 6
 
 
+def test_the_per_env_table_shows_the_seed_arm_over_the_most_seeds_with_its_own_control():
+    """A variant arm run on every seed (λ 0.5) beats the plain arm run on fewer; its control is the control run
+    with the same overrides. On a tie the plain arm stays."""
+    shown = results_tables.shown_arms
+    policies = {"sft-grpo": [0.1, 0.2, 0.3], "seed": [0.4, None, None], "seed-wrong-rule": [0.5, None, None],
+                "seed@opd_coef=0.5": [0.2, 0.3, 0.4], "seed-wrong-rule@opd_coef=0.5": [0.6, 0.6, 0.6]}
+    assert shown(policies) == ("seed@opd_coef=0.5", "seed-wrong-rule@opd_coef=0.5")
+    assert shown({**policies, "seed": [0.4, 0.4, 0.4]}) == ("seed", "seed-wrong-rule")
+    # No control run with the variant's overrides: the plain control, as before variants were counted.
+    assert shown({"seed@lr=1e-4": [0.1], "seed-empty": [0.0]}) == ("seed@lr=1e-4", "seed-empty")
+    assert shown({"seed-static": [0.1], "seed-static-wrong": [0.0]}) == ("seed-static", "seed-static-wrong")
+    assert shown({"sft-grpo": [0.1]}) == (None, None)
+
+    from types import SimpleNamespace
+    report = {"seeds": [0, 1, 2], "splits": {"test": {"policies": {
+        name: {"per_seed": [{"seed": s, "success": v} for s, v in enumerate(values) if v is not None]}
+        for name, values in policies.items()}}}}
+    row = results_tables.env_block([{"name": "sqa", "record": SimpleNamespace(header={"env_id": "seed/SearchQA-v0"}),
+                                     "report": report}]).splitlines()[4]
+    assert row == ("| seed/SearchQA-v0 | [sqa](docs/results.md) | 3 | test | - | - | 0.200 | 0.300 "
+                   "(seed@opd_coef=0.5) | seed-wrong-rule@opd_coef=0.5: 0.600 |")
+
+
 def test_success_tables_show_the_seeds_a_unit_has_not_run_for():
     report = {"seeds": [0, 1, 2], "splits": {"test": {"policies": {
         "after_stage1": {"per_seed": [{"seed": 0, "success": 0.4}, {"seed": 1, "success": 0.2},
