@@ -238,7 +238,7 @@ class SeedConfig:
                             "env_kwargs (checked at start)")
     generation_backend: str = _f("hf", "rollout generation: hf (transformers generate) or vllm (extra 'vllm', GPU)")
     temperature: float = _f(1.0, "sampling temperature for rollouts")
-    top_p: float = _f(1.0, "nucleus sampling for rollouts")
+    top_p: float = _f(1.0, "nucleus sampling for rollouts, the analyzer and sampled evaluations (eval_temperature > 0)")
     prefix_sharing: bool = _f(True, "hf generation: prompts sharing a head (a group's identical first prompts, the "
                                     "system prompt and task line of later turns) run that head's KV once and only "
                                     "their own tails, and a rollout's next prompt starts from the KV of the part "

@@ -67,6 +67,7 @@ def evaluate_policy(
     limit: int = 0,
     greedy: bool = True,
     temperature: float = 1.0,
+    top_p: float = 1.0,
     seed: int = 0,
     batch_size: int = 64,
     trajectories_path: str | Path | None = None,
@@ -115,7 +116,7 @@ def evaluate_policy(
         jobs = [EpisodeJob(task_id=panel[k], seed=k, group_id=f"eval-{k}", meta={"eval": True, "sample": j}, member=j)
                 for k, j in mine[start:start + batch_size]]
         trajectories += run_episodes(backend, codec, pool, jobs, max_new_tokens=max_new_tokens, greedy=greedy,
-                                     temperature=temperature, seed=seed * 1_000_003, stats=stats,
+                                     temperature=temperature, top_p=top_p, seed=seed * 1_000_003, stats=stats,
                                      on_finished=None if bar is None else bar.update,
                                      on_turn=None if bar is None else turn_reporter(bar, spec.step_limit()),
                                      max_prompt_tokens=max_prompt_tokens,
@@ -130,8 +131,8 @@ def evaluate_policy(
         write_in_order(trajectories, trajectories_path)
     summary = summarize(trajectories)
     summary["meta"] = {"env_id": spec.env_id, "split": spec.split, "tasks": len(panel), "greedy": greedy,
-                       "temperature": None if greedy else temperature, "samples_per_task": samples_per_task,
-                       "seed": seed, "generate_s": stats.generate_s, "env_s": stats.env_s,
+                       "temperature": None if greedy else temperature, "top_p": None if greedy else top_p,
+                       "samples_per_task": samples_per_task, "seed": seed, "generate_s": stats.generate_s, "env_s": stats.env_s,
                        "generated_tokens": stats.generated_tokens}
     return summary
 

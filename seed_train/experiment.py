@@ -474,8 +474,7 @@ def build_report(experiment: Experiment) -> dict[str, Any]:
     return report_from_results(
         {(u.kind, u.seed, u.arm): _load(u) for u in units}, env_id=experiment.base.env_id, arms=experiment.arms,
         seeds=experiment.seeds, splits=experiment.splits,
-        eval_decoding={"eval_temperature": experiment.base.eval_temperature,
-                       "eval_samples": experiment.base.eval_samples},
+        eval_decoding=recorded_decoding(experiment.base),
         starts={a: "after_stage1" if uses_stage1(experiment.base, a) else "before" for a in experiment.arms},
         has_stage1=any(u.kind == "stage1" for u in units), unfinished=[u.label for u in units if not u.done()])
 
@@ -560,11 +559,22 @@ def per_seed_mcnemar(a: dict[tuple[int, str], bool], b: dict[tuple[int, str], bo
 POLICY_LABELS = {"before": "before training (base model)", "after_stage1": "after Stage 1"}
 
 
+def recorded_decoding(base: SeedConfig) -> dict[str, Any]:
+    """How an experiment's evaluations decode, as its report and record keep it: the temperature and samples per
+    task, and the nucleus where sampled evaluations draw from one (``top_p`` < 1; absent: the whole distribution,
+    as in every record before it was kept)."""
+    decoding = {"eval_temperature": base.eval_temperature, "eval_samples": base.eval_samples}
+    if base.eval_temperature > 0 and base.top_p < 1:
+        decoding["top_p"] = base.top_p
+    return decoding
+
+
 def decoding_phrase(report: dict[str, Any]) -> str:
     """How the report's evaluations decoded, from the base config it records."""
     decoding = report.get("eval_decoding", {})
     temperature, samples = decoding.get("eval_temperature", 0.0), decoding.get("eval_samples", 1)
-    return "greedy" if not temperature else f"sampled (T={temperature:g}, {samples} episode(s) per task)"
+    nucleus = f", top_p {decoding['top_p']:g}" if "top_p" in decoding else ""
+    return "greedy" if not temperature else f"sampled (T={temperature:g}{nucleus}, {samples} episode(s) per task)"
 
 
 def report_markdown(report: dict[str, Any]) -> str:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from seed_train.experiment import read_json_file  # (experiment imports this module lazily)
+from seed_train.experiment import read_json_file, recorded_decoding  # (experiment imports this module lazily)
 
 RECORD_KIND = "seed-gym experiment record"
 VERSION = 2
@@ -291,8 +291,7 @@ def unit_entry(experiment: Any, unit: Any) -> dict[str, Any]:
 def header_of(experiment: Any) -> dict[str, Any]:
     return {"record": RECORD_KIND, "version": VERSION, "env_id": experiment.base.env_id,
             "config": experiment.common_config(), "splits": list(experiment.splits),
-            "eval_decoding": {"eval_temperature": experiment.base.eval_temperature,
-                              "eval_samples": experiment.base.eval_samples}}
+            "eval_decoding": recorded_decoding(experiment.base)}
 
 
 def experiment_from_folder(folder: str | Path) -> Any:

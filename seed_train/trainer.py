@@ -362,10 +362,11 @@ def prompt_budget(cfg: SeedConfig, policy: Policy) -> int:
 
 
 def eval_decoding(cfg: SeedConfig, policy: Policy) -> dict[str, Any]:
-    """evaluate_policy's decoding arguments from the config: greedy, or sampled several times per task, and
-    the prompt budget."""
+    """evaluate_policy's decoding arguments from the config: greedy, or sampled several times per task (with the
+    rollouts' ``top_p``: the policy evaluated as it is trained to sample), and the prompt budget."""
     sampled = cfg.eval_temperature > 0
     return {"greedy": not sampled, "temperature": cfg.eval_temperature if sampled else 1.0,
+            "top_p": cfg.top_p if sampled else 1.0,
             "samples_per_task": cfg.eval_samples, "max_prompt_tokens": prompt_budget(cfg, policy)}
 
 

@@ -192,6 +192,46 @@ def test_sampled_evaluation_plays_each_task_k_times_with_paired_noise(tiny_polic
         evaluate_policy(tiny_policy.backend, tiny_policy.codec, spec, max_new_tokens=4, samples_per_task=2)
 
 
+def test_sampled_evaluation_draws_from_the_nucleus_it_is_given(tiny_policy, tmp_path):
+    """top_p reaches the sampler: with a nucleus of one token every sample of a task plays the greedy episode."""
+    from wrappers import read_trajectories
+
+    spec = EnvSpec(env_id="test/Echo-v0", split="test", template="compact", history=0, action_format="plain",
+                   format_penalty=0.1)
+    greedy, narrow = tmp_path / "greedy.jsonl", tmp_path / "narrow.jsonl"
+    evaluate_policy(tiny_policy.backend, tiny_policy.codec, spec, max_new_tokens=4, limit=4, trajectories_path=greedy)
+    summary = evaluate_policy(tiny_policy.backend, tiny_policy.codec, spec, max_new_tokens=4, limit=4, greedy=False,
+                              temperature=1.0, top_p=1e-6, seed=3, samples_per_task=2, trajectories_path=narrow)
+    assert summary["meta"]["top_p"] == 1e-6 and summary["meta"]["temperature"] == 1.0
+    played = {t.task_id: [s.response_token_ids for s in t.steps] for t in read_trajectories(greedy)}
+    sampled = list(read_trajectories(narrow))
+    assert len(sampled) == 8 and all([s.response_token_ids for s in t.steps] == played[t.task_id] for t in sampled)
+    # The whole distribution (top_p 1, the same seed) draws other tokens from the untrained model.
+    wide = evaluate_policy(tiny_policy.backend, tiny_policy.codec, spec, max_new_tokens=4, limit=4, greedy=False,
+                           temperature=1.0, seed=3, samples_per_task=2, trajectories_path=tmp_path / "wide.jsonl")
+    assert wide["meta"]["top_p"] == 1.0
+    assert any([s.response_token_ids for s in t.steps] != played[t.task_id]
+               for t in read_trajectories(tmp_path / "wide.jsonl"))
+
+
+def test_the_evaluation_decodes_with_the_rollouts_nucleus_where_it_samples(tiny_policy):
+    from seed_train.experiment import decoding_phrase, recorded_decoding
+    from seed_train.trainer import eval_decoding
+
+    sampled = SeedConfig(eval_temperature=1.0, eval_samples=2, top_p=0.9)
+    assert eval_decoding(sampled, tiny_policy)["top_p"] == 0.9
+    assert eval_decoding(SeedConfig(top_p=0.9), tiny_policy) | {"max_prompt_tokens": 0} == {
+        "greedy": True, "temperature": 1.0, "top_p": 1.0, "samples_per_task": 1, "max_prompt_tokens": 0}
+    # Records keep the nucleus only where it narrows a sampled evaluation: older records read as before.
+    assert recorded_decoding(sampled) == {"eval_temperature": 1.0, "eval_samples": 2, "top_p": 0.9}
+    assert recorded_decoding(SeedConfig(eval_temperature=1.0, eval_samples=2)) == {"eval_temperature": 1.0,
+                                                                                    "eval_samples": 2}
+    assert recorded_decoding(SeedConfig(top_p=0.9)) == {"eval_temperature": 0.0, "eval_samples": 1}
+    assert decoding_phrase({"eval_decoding": recorded_decoding(sampled)}) == "sampled (T=1, top_p 0.9, 2 episode(s) per task)"
+    assert decoding_phrase({"eval_decoding": {"eval_temperature": 1.0, "eval_samples": 2}}) == \
+        "sampled (T=1, 2 episode(s) per task)"
+
+
 def test_a_local_evaluation_writes_each_episode_as_it_ends_and_a_crash_loses_none(tiny_policy, tmp_path):
     """The backend dies on the third batch: the two batches played before are in the file, whole; a finished
     evaluation's file is in panel order."""
