@@ -17,8 +17,8 @@ Stage 1), split by outcome, how many invalid analyzer answers stopped at the tok
 tokens might have made them valid) rather than by themselves, the share of valid skills that replay two or more of their
 episode's consecutive actions, and example skills; with ``--rollout-top-p`` the same Stage 1 policy replays the
 same tasks and sampling seeds at other nucleus sizes, each with the actions' and skills' validity and what
-Stage 2 would have to learn from (groups whose returns differ, distinct answer sequences per group); what an invalid answer looks like is shown from a
-fresh sample of the same prompts. On another env than EZPoints, the quickstart's EZPoints-only
+Stage 2 would have to learn from (groups whose returns differ, distinct answer sequences per group); what an
+invalid answer looks like is shown from a fresh sample of the same prompts. On another env than EZPoints, the quickstart's EZPoints-only
 settings (template, history, max_steps) give way to the env's defaults.
 """
 from __future__ import annotations
@@ -81,6 +81,20 @@ def analyzer_counts(skills: list, answers: list[AnalyzerAnswer], cfg: SeedConfig
             f"cut at {cfg.skill_max_new_tokens}")
 
 
+def play_and_analyse(policy, spec, jobs: list, cfg: SeedConfig, seed: int) -> tuple[list, list, list, float, float]:
+    """The jobs played with the config's sampling (seeded from ``seed``) and Stage 2's analyzer pass on them:
+    trajectories, skills, analyzer answers, rollout and analyzer seconds."""
+    pool = EnvPool(spec)
+    t0 = time.perf_counter()
+    trajectories = run_episodes(policy.backend, policy.codec, pool, jobs, max_new_tokens=cfg.max_new_tokens,
+                                temperature=cfg.temperature, top_p=cfg.top_p, seed=seed + 1)
+    pool.close()
+    t1 = time.perf_counter()
+    answers: list[AnalyzerAnswer] = []
+    skills = generate_skills(policy.backend, policy.codec, trajectories, cfg, seed=seed + 2, answers=answers)
+    return trajectories, skills, answers, t1 - t0, time.perf_counter() - t1
+
+
 def play_summary(trajectories: list, skills: list, answers: list[AnalyzerAnswer], cfg: SeedConfig) -> str:
     """One line: actions and skills valid, and what GRPO could learn from these rollouts. Its advantages are
     zero in a group whose returns are all equal, and a group that writes the same answers four times explores
@@ -95,8 +109,9 @@ def play_summary(trajectories: list, skills: list, answers: list[AnalyzerAnswer]
     distinct = np.mean([len({tuple(st.response for st in t.steps) for t in g}) for g in groups.values()])
     n = len(trajectories)
     return (f"actions {valid_actions}/{len(steps)} = {valid_actions / max(1, len(steps)):.0%} valid (Wilson 95% "
-            f"{low:.0%}-{high:.0%}); skills {analyzer_counts(skills, answers, cfg)}; success {sum(t.success for t in trajectories)}/{n}, mean return "
-            f"{np.mean([t.return_ for t in trajectories]):.3f}; groups whose returns differ {spread}/{len(groups)}, "
+            f"{low:.0%}-{high:.0%}); skills {analyzer_counts(skills, answers, cfg)}; success "
+            f"{sum(t.success for t in trajectories)}/{n}, mean return {np.mean([t.return_ for t in trajectories]):.3f}; "
+            f"groups whose returns differ {spread}/{len(groups)}, "
             f"distinct answer sequences per group {distinct:.2f} of {len(trajectories) // max(1, len(groups))}")
 
 
@@ -145,16 +160,7 @@ def main() -> None:
     groups = max(1, args.rollouts // cfg.group_size)
     jobs = group_jobs(sample_tasks(panel_of(spec), groups, rng), cfg.group_size, base_seed=args.seed + 10_000,
                       prefix="validity")
-    pool = EnvPool(spec)
-    t1 = time.perf_counter()
-    trajectories = run_episodes(policy.backend, policy.codec, pool, jobs, max_new_tokens=cfg.max_new_tokens,
-                                temperature=cfg.temperature, top_p=cfg.top_p, seed=args.seed + 1)
-    pool.close()
-    rollout_s = time.perf_counter() - t1
-    t2 = time.perf_counter()
-    answers: list[AnalyzerAnswer] = []
-    skills = generate_skills(policy.backend, policy.codec, trajectories, cfg, seed=args.seed + 2, answers=answers)
-    analyze_s = time.perf_counter() - t2
+    trajectories, skills, answers, rollout_s, analyze_s = play_and_analyse(policy, spec, jobs, cfg, args.seed)
 
     if args.trajectories:
         with TrajectoryWriter(args.trajectories) as writer:
@@ -220,16 +226,9 @@ def main() -> None:
     # The same tasks, env seeds and sampling seeds at a narrower nucleus: the rollouts differ only by top_p.
     for top_p in args.rollout_top_p:
         at = dataclasses.replace(cfg, top_p=top_p)
-        t3 = time.perf_counter()
-        pool = EnvPool(spec)
-        replayed = run_episodes(policy.backend, policy.codec, pool, jobs, max_new_tokens=at.max_new_tokens,
-                                temperature=at.temperature, top_p=at.top_p, seed=args.seed + 1)
-        pool.close()
-        replay_answers: list[AnalyzerAnswer] = []
-        replay_skills = generate_skills(policy.backend, policy.codec, replayed, at, seed=args.seed + 2,
-                                        answers=replay_answers)
-        print(f"rollout top_p {top_p:g}: " + play_summary(replayed, replay_skills, replay_answers, at)
-              + f" ({time.perf_counter() - t3:.0f}s)")
+        *replay, replay_rollout_s, replay_analyze_s = play_and_analyse(policy, spec, jobs, at, args.seed)
+        print(f"rollout top_p {top_p:g}: " + play_summary(*replay, at)
+              + f" ({replay_rollout_s + replay_analyze_s:.0f}s)")
     # The same rollouts and sampling seeds re-analysed with one analyzer setting changed: what the knob buys
     # (more tokens for the answers cut at the budget, a cooler analyzer) without another Stage 1.
     for field, label, values in (("analyzer_temperature", "temperature {:g}", args.analyzer_temperatures),

@@ -132,8 +132,8 @@ def evaluate_policy(
     summary = summarize(trajectories)
     summary["meta"] = {"env_id": spec.env_id, "split": spec.split, "tasks": len(panel), "greedy": greedy,
                        "temperature": None if greedy else temperature, "top_p": None if greedy else top_p,
-                       "samples_per_task": samples_per_task, "seed": seed, "generate_s": stats.generate_s, "env_s": stats.env_s,
-                       "generated_tokens": stats.generated_tokens}
+                       "samples_per_task": samples_per_task, "seed": seed, "generate_s": stats.generate_s,
+                       "env_s": stats.env_s, "generated_tokens": stats.generated_tokens}
     return summary
 
 

@@ -262,8 +262,8 @@ def shown_arms(policies: dict[str, list[float | None]]) -> tuple[str | None, str
 def env_block(experiments: list[dict[str, Any]] | None = None) -> str:
     """README's per-env table: for each paper env (then any other recorded env), each record's mean success
     over its training seeds before training, after Stage 1 and after Stage 2 per arm (SFT+GRPO, SEED, its
-    content control: :func:`shown_arms`), per panel; an env with no record gets a row that says so. ``experiments``: default,
-    every committed record."""
+    content control: :func:`shown_arms`), per panel; an env with no record gets a row that says so.
+    ``experiments``: default, every committed record."""
     experiments = recorded_experiments() if experiments is None else experiments
     rows = ["| env | record | seeds | panel | before | after Stage 1 | SFT+GRPO | SEED | content control |",
             "|---|---|---:|---|---:|---:|---:|---:|---|"]
