@@ -95,6 +95,10 @@ def _parser_train(sub) -> None:
     p.add_argument("--seeds", nargs="+", type=int, default=[0], help="training seeds (default: 0)")
     p.add_argument("--splits", nargs="+", default=list(DEFAULT_SPLITS),
                    help=f"panels evaluated before, after Stage 1 and after Stage 2 (default: {' '.join(DEFAULT_SPLITS)})")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="worker processes that run the units side by side (default 1: one after another): a seed's "
+                        "arms start together once its Stage 1 has trained, and further seeds fill free workers; "
+                        "each worker uses --threads torch threads, so give --threads 1 (or cores / jobs)")
 
 
 def _parser_records(sub) -> None:
@@ -229,12 +233,14 @@ def stages_summary(cfg: SeedConfig, results: dict) -> str:
 
 def main_experiment(args, argv: list[str] | None = None) -> int:
     """``seed-train experiment``: the base config from --config and flags, then every (seed, arm) unit."""
-    from seed_train.experiment import Experiment
+    from seed_train.experiment import Experiment, WorkerFailed
     from seed_train.preflight import TRAIN_NAMES, check_env, check_run_setup
 
     if args.seed is not None:
         print("seed-train experiment: use --seeds (training seeds), not --seed", file=sys.stderr)
         return 2
+    if args.jobs < 1:
+        return fail("seed-train experiment", ValueError(f"--jobs must be at least 1, got {args.jobs}"))
     try:  # every arm's config is built and validated here, before any work
         base = SeedConfig.from_args(args)
         out = base.output_dir if args.output_dir is not None or base.output_dir != "runs/seed" else "runs/experiment"
@@ -246,9 +252,12 @@ def main_experiment(args, argv: list[str] | None = None) -> int:
     except ValueError as e:  # (SetupError is one)
         return fail("seed-train experiment", e)
     try:
-        report = experiment.run()
+        report = experiment.run(jobs=args.jobs)
     except SetupError as e:
         return fail("seed-train experiment", e)
+    except WorkerFailed as e:  # a unit's error in a worker: its traceback is above, the others have stopped
+        print(f"seed-train experiment: {e}", file=sys.stderr)
+        return 1
     print(f"\nreport: {report['files']['markdown']}")
     return 0
 

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import json
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -160,11 +162,13 @@ def read_json_file(path: Path, what: str = "") -> Any:
 
 
 @contextlib.contextmanager
-def unit_lock(folder: Path, on_wait: Callable[[str], None]) -> Iterator[None]:
+def unit_lock(folder: Path, on_wait: Callable[[str], None] | None) -> Iterator[bool]:
     """Hold ``folder/.unit.lock`` (an exclusive ``flock``) while one process runs the unit: a second process
     on the same experiment (another ``--seeds`` list that overlaps, or the same command twice) waits for it
-    instead of deleting its run folder or appending to its logs; ``on_wait`` is told who holds it. The lock
-    goes with the process, so one killed mid-unit leaves nothing to clean up."""
+    instead of deleting its run folder or appending to its logs; ``on_wait`` is told who holds it. With
+    ``on_wait=None`` nothing waits: the body runs with False when another process holds the unit (a parallel
+    worker then takes another unit), True when this one got it. The lock goes with the process, so one
+    killed mid-unit leaves nothing to clean up."""
     import fcntl
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -172,6 +176,9 @@ def unit_lock(folder: Path, on_wait: Callable[[str], None]) -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            if on_wait is None:
+                yield False
+                return
             handle.seek(0)
             on_wait(handle.read().strip() or "a process")
             fcntl.flock(handle, fcntl.LOCK_EX)
@@ -180,9 +187,14 @@ def unit_lock(folder: Path, on_wait: Callable[[str], None]) -> Iterator[None]:
         handle.write(f"pid {os.getpid()}")
         handle.flush()
         try:
-            yield
+            yield True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class WorkerFailed(RuntimeError):
+    """A parallel worker of ``seed-train experiment --jobs`` ended with an error (its lines say which unit)."""
+
 
 @dataclass(frozen=True)
 class Unit:
@@ -338,10 +350,13 @@ class Experiment:
                                    generation_backend="hf")
 
     # ------------------------------------------------------------------------------ running
-    def run(self, say: Callable[[str], None] = print) -> dict[str, Any]:
-        """Every unfinished unit in order (progress and ETA per unit), then the report. Returns the report."""
+    def run(self, say: Callable[[str], None] = print, jobs: int = 1) -> dict[str, Any]:
+        """Every unfinished unit (progress and ETA per unit), then the report. Returns the report. ``jobs`` > 1
+        runs the units in that many worker processes (:meth:`run_parallel`)."""
         from seed_train.threads import torch_threads
 
+        if jobs > 1:
+            return self.run_parallel(jobs, say)
         self.write_manifest()
         units = self.units()
         started = time.perf_counter()
@@ -361,6 +376,87 @@ class Experiment:
                 left = [u for u in units[k:] if not u.done()]
                 say(f"{head}: done in {clock(durations[unit.kind][-1])}; elapsed "
                     f"{clock(time.perf_counter() - started)}, ETA {clock(_eta(left, durations))}")
+        return self.report()
+
+    # ------------------------------------------------------------------------------ parallel workers
+    def claim_order(self) -> list[Unit]:
+        """The order in which free workers take units: per seed, Stage 1 first (the seed's arms wait for it),
+        then the base model's evaluation, then the arms."""
+        return sorted(self.units(), key=lambda u: (self.seeds.index(u.seed), {"stage1": 0, "before": 1}.get(u.kind, 2)))
+
+    def ready(self, unit: Unit) -> bool:
+        """Whether ``unit`` can start now: an arm from Stage 1 once its seed's Stage 1 training has finished
+        (its run's results.json, written after the weights; Stage 1's evaluation may still be running)."""
+        if unit.kind != "arm" or not uses_stage1(self.base, unit.arm):
+            return True
+        return (self.out / f"seed{unit.seed}" / "stage1" / "run" / "results.json").is_file()
+
+    def run_worker(self, say: Callable[[str], None] = print, stop: Callable[[], bool] = lambda: False,
+                   poll_s: float = 5.0, jobs: int = 1) -> int:
+        """One worker of :meth:`run_parallel`: take the first unit in :meth:`claim_order` that is unfinished,
+        ready and held by no other process, run it, and again, until every unit is finished (or ``stop()``
+        says so between units); while every unfinished unit is held elsewhere or waits for its Stage 1, look
+        again every ``poll_s`` seconds. Returns the number of units this worker ran."""
+        from seed_train.threads import torch_threads
+
+        ran = 0
+        with torch_threads(self.base.threads):
+            while not stop():
+                pending = [u for u in self.claim_order() if not u.done()]
+                if not pending:
+                    return ran
+                if not any(self._run_if_free(u, say, jobs) for u in pending if self.ready(u)):
+                    time.sleep(poll_s)
+                    continue
+                ran += 1
+        return ran
+
+    def _run_if_free(self, unit: Unit, say: Callable[[str], None], jobs: int) -> bool:
+        with unit_lock(unit.folder, None) as held:
+            if not held or unit.done():
+                return False
+            say(f"{unit.label}: {self._what(unit)}")
+            t0 = time.perf_counter()
+            self.run_unit(unit, say=lambda line: say(f"    {line}"))
+        units = self.units()
+        done = [u for u in units if u.done()]
+        say(f"{unit.label}: done in {clock(time.perf_counter() - t0)}; {len(done)}/{len(units)} units "
+            f"finished, ETA {clock(_eta([u for u in units if not u.done()], _durations(done)) / jobs)} "
+            f"over {jobs} workers")
+        return True
+
+    def run_parallel(self, jobs: int, say: Callable[[str], None] = print, poll_s: float = 5.0) -> dict[str, Any]:
+        """The units in ``jobs`` worker processes (each with ``threads`` torch threads): a seed's arms run side
+        by side once its Stage 1 has trained, and the seeds' units fill the workers. Each line is prefixed with
+        its worker (``w1`` ...). A worker that fails stops the others after their current unit (an interrupted
+        unit resumes on a rerun) and raises :class:`WorkerFailed`; otherwise the report, as :meth:`run`."""
+        import multiprocessing
+        import multiprocessing.connection
+
+        self.write_manifest()
+        context = multiprocessing.get_context("spawn")  # a fresh interpreter each: no forked torch thread pools
+        stop = context.Event()
+        workers = [context.Process(target=_worker_main, args=(self, f"w{k}", stop, poll_s, jobs, _env_registration(
+            self.base.env_id)), name=f"w{k}") for k in range(1, jobs + 1)]
+        say(f"{len([u for u in self.units() if not u.done()])} unfinished units over {jobs} worker processes "
+            f"({self.base.threads or 'auto'} torch thread(s) each)")
+        for worker in workers:
+            worker.start()
+        failed: list[str] = []
+        alive = list(workers)
+        while alive:
+            multiprocessing.connection.wait([w.sentinel for w in alive])  # until one of them ends
+            for worker in [w for w in alive if not w.is_alive()]:
+                worker.join()
+                alive.remove(worker)
+                if worker.exitcode != 0:
+                    failed.append(worker.name)
+                    stop.set()
+                    say(f"{worker.name} failed (exit code {worker.exitcode}); the other workers stop after their "
+                        "current unit")
+        if failed:
+            raise WorkerFailed(f"worker(s) {', '.join(failed)} failed: their lines above name the unit and the "
+                               "error; rerun the same command to resume")
         return self.report()
 
     def _what(self, unit: Unit) -> str:
@@ -461,6 +557,57 @@ def _eta(left: Sequence[Unit], durations: dict[str, list[float]]) -> float:
     every = [d for ds in durations.values() for d in ds]
     fallback = sum(every) / len(every) if every else 0.0
     return sum(sum(durations[u.kind]) / len(durations[u.kind]) if durations.get(u.kind) else fallback for u in left)
+
+
+def _durations(done: Sequence[Unit]) -> dict[str, list[float]]:
+    """Seconds per unit kind of finished units, as their results.json recorded them (any process's)."""
+    out: dict[str, list[float]] = {}
+    for unit in done:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            out.setdefault(unit.kind, []).append(float(read_json_file(unit.results_path)["seconds"]))
+    return out
+
+
+def _env_registration(env_id: str) -> Any:
+    """This process's gymnasium registration of ``env_id`` (None where it has none, e.g. a ``module:Env`` id)."""
+    import gymnasium as gym
+
+    import seed_envs  # noqa: F401  (registers the seed/ ids)
+
+    return gym.registry.get(env_id)
+
+
+def _worker_main(experiment: Experiment, name: str, stop: Any, poll_s: float, jobs: int, registration: Any) -> None:
+    """A worker process of :meth:`Experiment.run_parallel` (module level: spawn pickles it by name), its
+    lines prefixed with its name. A fresh interpreter knows the seed/ ids once seed_envs is imported, not an id the parent registered itself (a
+    user's script, a test's env): the parent's registration is copied in."""
+    import gymnasium as gym
+
+    import seed_envs  # noqa: F401
+
+    if registration is not None and registration.id not in gym.registry:
+        gym.registry[registration.id] = registration
+    sys.stdout = LinePrefix(sys.stdout, f"{name} ")  # every line of the worker's, the evaluations' included
+    experiment.run_worker(say=lambda line: print(line, flush=True), stop=stop.is_set, poll_s=poll_s, jobs=jobs)
+
+
+class LinePrefix(io.TextIOBase):
+    """A text stream that writes ``prefix`` at the start of every line to ``stream`` (a worker's name)."""
+
+    def __init__(self, stream: Any, prefix: str) -> None:
+        self.stream, self.prefix, self.at_line_start = stream, prefix, True
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        for piece in text.splitlines(keepends=True):
+            self.stream.write((self.prefix if self.at_line_start else "") + piece)
+            self.at_line_start = piece.endswith("\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
 
 
 # ---------------------------------------------------------------------------------- the report

@@ -1,0 +1,160 @@
+"""seed-train experiment --jobs N: units in N worker processes. Each unit runs once; a seed's arms wait for its
+Stage 1 to have trained and then run side by side; a failed worker stops the others after their unit; and the
+units' outcomes are those of the one-after-another run (the same seeds, the same per-episode results)."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import toy_env  # noqa: F401  (registers test/Echo-v0)
+import torch
+
+from seed_train.config import SeedConfig
+from seed_train.experiment import Experiment, Unit, WorkerFailed
+from seed_train.tiny import cached_tiny_model
+from wrappers import read_trajectories
+
+ARMS = ("sft-grpo", "seed")
+
+
+@pytest.fixture(scope="module")
+def tiny_path():
+    return str(cached_tiny_model(seed=0))
+
+
+@pytest.fixture(autouse=True)
+def keep_torch_rng():
+    """Loading a policy seeds torch's global generator: keep it from leaking into later tests."""
+    with torch.random.fork_rng(devices=[]):
+        yield
+
+
+def _base(tiny_path: str, **extra) -> SeedConfig:
+    return SeedConfig(env_id="test/Echo-v0", model=tiny_path, lora=False, template="compact", history=0,
+                      action_format="plain", max_new_tokens=4, skill_max_new_tokens=8, analyzer_retries=0,
+                      stage1_demos=4, stage1_epochs=1, iterations=1, tasks_per_iteration=2, group_size=2,
+                      kl_coef=0.0, eval_limit=4, threads=1, **extra)
+
+
+class TimedUnits(Experiment):
+    """Units that sleep instead of training; Stage 1 marks its training finished halfway (as the trainer's
+    run/results.json does before the unit's evaluation). A unit named in ``fail`` raises. Module level, so a
+    spawned worker unpickles it."""
+
+    unit_s: float = 0.4
+    fail: tuple[str, ...] = ()
+
+    def run_unit(self, unit: Unit, say=print):
+        say(f"start {time.time():.3f}")
+        if unit.label in self.fail:
+            raise RuntimeError(f"{unit.label} breaks")
+        log = {"label": unit.label, "start": time.time(), "worker": threading.current_thread().name}
+        time.sleep(self.unit_s * (3 if unit.kind == "arm" else 1))  # an arm outlasts Stage 1's evaluation
+        if unit.kind == "stage1":
+            unit.run_dir.mkdir(parents=True, exist_ok=True)
+            (unit.run_dir / "results.json").write_text("{}")
+            log["trained"] = time.time()
+            time.sleep(self.unit_s)  # its evaluation
+        log["end"] = time.time()
+        unit.results_path.write_text(json.dumps({"seconds": log["end"] - log["start"], "log": log}))
+
+    def report(self):
+        return {"units": sorted(u.label for u in self.units() if u.done())}
+
+
+def _logs(experiment: Experiment) -> dict[str, dict]:
+    return {u.label: json.loads(u.results_path.read_text())["log"] for u in experiment.units() if u.done()}
+
+
+def test_workers_take_each_unit_once_and_a_seeds_arms_start_when_its_stage1_has_trained(tmp_path, tiny_path):
+    experiment = TimedUnits.plan(_base(tiny_path), ARMS, [0, 1], tmp_path / "exp")
+    lines: list[str] = []
+    ran: dict[str, int] = {}
+    workers = [threading.Thread(target=lambda n=n: ran.update({n: experiment.run_worker(
+        say=lambda line: lines.append(f"{n} {line}"), poll_s=0.02, jobs=2)}), name=n) for n in ("w1", "w2")]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+    logs = _logs(experiment)
+    assert sorted(logs) == sorted(u.label for u in experiment.units())  # every unit finished
+    assert sum(ran.values()) == len(logs) == 8 and ran["w1"] >= 2 and ran["w2"] >= 2  # each exactly once, shared
+    assert len([line for line in lines if "     start " in line]) == 8  # the units' own lines, prefixed
+    assert sorted(line.split()[0] for line in lines if "     start " in line) == ["w1"] * ran["w1"] + ["w2"] * ran["w2"]
+    for seed in (0, 1):
+        stage1 = logs[f"seed {seed} Stage 1"]
+        arms = [logs[f"seed {seed} arm {arm}"] for arm in ARMS]
+        assert all(arm["start"] >= stage1["trained"] for arm in arms)  # never before Stage 1's weights exist
+    # Seed 0: the arms start while Stage 1 is still evaluating (the worker that did not run it was free), and
+    # the seed's two arms run at the same time on the two workers.
+    first = [logs[f"seed 0 arm {arm}"] for arm in ARMS]
+    assert min(arm["start"] for arm in first) < logs["seed 0 Stage 1"]["end"]
+    assert max(arm["start"] for arm in first) < min(arm["end"] for arm in first)
+    assert {arm["worker"] for arm in first} == {"w1", "w2"}
+    done_lines = [line for line in lines if ": done in " in line]
+    assert len(done_lines) == 8 and "8/8 units finished, ETA 0s over 2 workers" in done_lines[-1]
+    # A second pass finds nothing to do.
+    assert experiment.run_worker(say=lines.append, poll_s=0.02) == 0
+
+
+def test_worker_processes_write_the_report_and_a_failure_stops_the_others_until_a_rerun(tmp_path, tiny_path):
+    out = tmp_path / "exp"
+    experiment = TimedUnits.plan(_base(tiny_path), ARMS, [0, 1], out)
+    experiment.unit_s, experiment.fail = 0.2, ("seed 0 arm seed",)
+    lines: list[str] = []
+    with pytest.raises(WorkerFailed, match="rerun the same command to resume"):
+        experiment.run_parallel(2, say=lines.append, poll_s=0.05)
+    assert lines[0] == "8 unfinished units over 2 worker processes (1 torch thread(s) each)"
+    assert any(line.endswith("failed (exit code 1); the other workers stop after their current unit")
+               for line in lines)
+    done = {u.label for u in experiment.units() if u.done()}
+    assert "seed 0 arm seed" not in done and "seed 1 arm seed" not in done  # the others stopped after their unit
+    assert {"seed 0 Stage 1", "seed 0 before training"} <= done
+    before_rerun = {label: log["start"] for label, log in _logs(experiment).items()}
+    experiment.fail = ()
+    report = experiment.run_parallel(2, say=lines.append, poll_s=0.05)  # the rerun runs only what is left
+    assert report == {"units": sorted(u.label for u in experiment.units())}
+    after = _logs(experiment)
+    assert {label: after[label]["start"] for label in before_rerun} == before_rerun  # finished units kept
+    assert min(after[label]["start"] for label in after if label not in before_rerun) > max(before_rerun.values())
+
+
+def test_jobs_2_gives_each_unit_the_outcomes_of_the_run_one_after_another(tmp_path, tiny_path, capfd):
+    """The real trainer in two worker processes: every unit's evaluation plays the same episodes with the same
+    outcomes as the same experiment run in one process, and the seed's Stage 1 weights are the same."""
+    from seed_train.cli import main_train
+
+    argv = ["experiment", "--env-id", "test/Echo-v0", "--model", tiny_path, "--no-lora", "--template", "compact",
+            "--history", "0", "--action-format", "plain", "--max-new-tokens", "4", "--skill-max-new-tokens", "8",
+            "--analyzer-retries", "0", "--stage1-demos", "4", "--stage1-epochs", "1", "--iterations", "1",
+            "--tasks-per-iteration", "2", "--group-size", "2", "--lr", "3e-3", "--kl-coef", "0", "--eval-limit", "4",
+            "--threads", "1", "--arms", *ARMS, "--seeds", "0"]
+    assert main_train([*argv, "--output-dir", str(tmp_path / "one")]) == 0
+    capfd.readouterr()
+    assert main_train([*argv, "--output-dir", str(tmp_path / "two"), "--jobs", "2"]) == 0
+    out = capfd.readouterr().out  # (the workers write to the file descriptor)
+    assert "4 unfinished units over 2 worker processes" in out
+    # Every line a worker prints names it, the evaluations' progress included.
+    assert all(line.startswith(("w1 ", "w2 ")) for line in out.splitlines()[1:] if line and "report:" not in line)
+    assert "evaluating before training: test/Echo-v0 unseen, 4 episodes" in out
+    assert "seed 0 arm seed: done in" in out and "4/4 units finished, ETA 0s over 2 workers" in out
+    for unit in ("before", "stage1", *ARMS):
+        stage = {"before": "before", "stage1": "after_stage1"}.get(unit, "after")
+        for split in ("unseen", "test"):
+            plays = [[(t.task_id, t.seed, t.success, [s.action for s in t.steps]) for t in read_trajectories(
+                tmp_path / run / "seed0" / unit / f"eval_{stage}_{split}.trajectories.jsonl")] for run in ("one", "two")]
+            assert plays[0] == plays[1] and len(plays[0]) == 4, (unit, split)
+    weights = [(tmp_path / run / "seed0" / "stage1" / "run" / "checkpoints" / "stage1.safetensors").read_bytes()
+               for run in ("one", "two")]
+    assert weights[0] == weights[1]
+    reports = [json.loads((tmp_path / run / "report.json").read_text()) for run in ("one", "two")]
+    assert reports[1]["unfinished"] == [] and reports[0]["splits"] == reports[1]["splits"]
+
+
+def test_jobs_below_one_is_refused_naming_the_flag(tiny_path, capsys):
+    from seed_train.cli import main_train
+
+    assert main_train(["experiment", "--env-id", "test/Echo-v0", "--model", tiny_path, "--jobs", "0"]) == 2
+    assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
