@@ -382,7 +382,8 @@ class Experiment:
     def claim_order(self) -> list[Unit]:
         """The order in which free workers take units: per seed, Stage 1 first (the seed's arms wait for it),
         then the base model's evaluation, then the arms."""
-        return sorted(self.units(), key=lambda u: (self.seeds.index(u.seed), {"stage1": 0, "before": 1}.get(u.kind, 2)))
+        first = {"stage1": 0, "before": 1}  # then the arms, in their order
+        return sorted(self.units(), key=lambda u: (self.seeds.index(u.seed), first.get(u.kind, 2)))
 
     def ready(self, unit: Unit) -> bool:
         """Whether ``unit`` can start now: an arm from Stage 1 once its seed's Stage 1 training has finished
@@ -579,8 +580,8 @@ def _env_registration(env_id: str) -> Any:
 
 def _worker_main(experiment: Experiment, name: str, stop: Any, poll_s: float, jobs: int, registration: Any) -> None:
     """A worker process of :meth:`Experiment.run_parallel` (module level: spawn pickles it by name), its
-    lines prefixed with its name. A fresh interpreter knows the seed/ ids once seed_envs is imported, not an id the parent registered itself (a
-    user's script, a test's env): the parent's registration is copied in."""
+    lines prefixed with its name. A fresh interpreter knows the seed/ ids once seed_envs is imported, not an
+    id the parent registered itself (a user's script, a test's env): the parent's registration is copied in."""
     import gymnasium as gym
 
     import seed_envs  # noqa: F401
@@ -592,7 +593,8 @@ def _worker_main(experiment: Experiment, name: str, stop: Any, poll_s: float, jo
 
 
 class LinePrefix(io.TextIOBase):
-    """A text stream that writes ``prefix`` at the start of every line to ``stream`` (a worker's name)."""
+    """A text stream that writes ``prefix`` at the start of every line to ``stream`` (a worker's name),
+    a line rewritten after a carriage return included."""
 
     def __init__(self, stream: Any, prefix: str) -> None:
         self.stream, self.prefix, self.at_line_start = stream, prefix, True
@@ -603,7 +605,7 @@ class LinePrefix(io.TextIOBase):
     def write(self, text: str) -> int:
         for piece in text.splitlines(keepends=True):
             self.stream.write((self.prefix if self.at_line_start else "") + piece)
-            self.at_line_start = piece.endswith("\n")
+            self.at_line_start = piece.endswith(("\n", "\r"))
         return len(text)
 
     def flush(self) -> None:

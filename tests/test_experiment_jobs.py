@@ -143,8 +143,9 @@ def test_jobs_2_gives_each_unit_the_outcomes_of_the_run_one_after_another(tmp_pa
     for unit in ("before", "stage1", *ARMS):
         stage = {"before": "before", "stage1": "after_stage1"}.get(unit, "after")
         for split in ("unseen", "test"):
-            plays = [[(t.task_id, t.seed, t.success, [s.action for s in t.steps]) for t in read_trajectories(
-                tmp_path / run / "seed0" / unit / f"eval_{stage}_{split}.trajectories.jsonl")] for run in ("one", "two")]
+            files = [tmp_path / run / "seed0" / unit / f"eval_{stage}_{split}.trajectories.jsonl" for run in ("one", "two")]
+            plays = [[(t.task_id, t.seed, t.success, [s.action for s in t.steps]) for t in read_trajectories(f)]
+                     for f in files]
             assert plays[0] == plays[1] and len(plays[0]) == 4, (unit, split)
     weights = [(tmp_path / run / "seed0" / "stage1" / "run" / "checkpoints" / "stage1.safetensors").read_bytes()
                for run in ("one", "two")]
@@ -158,3 +159,16 @@ def test_jobs_below_one_is_refused_naming_the_flag(tiny_path, capsys):
 
     assert main_train(["experiment", "--env-id", "test/Echo-v0", "--model", tiny_path, "--jobs", "0"]) == 2
     assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_a_workers_stream_prefixes_every_line_and_every_rewrite():
+    import io
+
+    from seed_train.experiment import LinePrefix
+
+    sink = io.StringIO()
+    stream = LinePrefix(sink, "w2 ")
+    stream.write("one\ntw")
+    stream.write("o\n")
+    stream.write("3/4\r4/4\n\nlast")
+    assert sink.getvalue() == "w2 one\nw2 two\nw2 3/4\rw2 4/4\nw2 \nw2 last"
