@@ -381,15 +381,11 @@ class Experiment:
     # ------------------------------------------------------------------------------ parallel workers
     def claim_order(self) -> list[Unit]:
         """The order in which free workers take units: per seed, Stage 1 first (the seed's arms wait for it),
-        then the base model's evaluation, then the arms with the OPD term, then the others, each group in
-        the order given. Longest first: an OPD arm also runs the analyzer and a second scoring pass (on
-        search QA 1,088-1,434 s against SFT+GRPO's 743-992 s; docs/results.md), so the short arms fill in."""
-        def rank(u: Unit) -> int:
-            if u.kind != "arm":
-                return {"stage1": 0, "before": 1}[u.kind]
-            return 2 if uses_opd(self.base, u.arm) else 3
-
-        return sorted(self.units(), key=lambda u: (self.seeds.index(u.seed), rank(u)))
+        then the base model's evaluation, then the arms in ``--arms`` order. (Longest arm first was tried on
+        paper against search QA seed 6's measured times and would have ended that seed 2 minutes later: the
+        worker freed first by the base model's evaluation has a head start that favours a short arm.)"""
+        first = {"stage1": 0, "before": 1}  # then the arms, in their order
+        return sorted(self.units(), key=lambda u: (self.seeds.index(u.seed), first.get(u.kind, 2)))
 
     def ready(self, unit: Unit) -> bool:
         """Whether ``unit`` can start now: an arm from Stage 1 once its seed's Stage 1 training has finished

@@ -97,9 +97,10 @@ def test_workers_take_each_unit_once_and_a_seeds_arms_start_when_its_stage1_has_
     assert len(done_lines) == 8 and "8/8 units finished, ETA 0s over 2 workers" in done_lines[-1]
     # A second pass finds nothing to do.
     assert experiment.run_worker(say=lines.append, poll_s=0.02) == 0
-    # The order free workers take units in: Stage 1, the base model, the OPD arm (the longer one), SFT+GRPO.
-    assert [u.label for u in experiment.claim_order()][:4] == ["seed 0 Stage 1", "seed 0 before training",
-                                                               "seed 0 arm seed", "seed 0 arm sft-grpo"]
+    # The order free workers take units in: per seed Stage 1, the base model, the arms as given.
+    assert [u.label for u in experiment.claim_order()][:5] == ["seed 0 Stage 1", "seed 0 before training",
+                                                               "seed 0 arm sft-grpo", "seed 0 arm seed",
+                                                               "seed 1 Stage 1"]
 
 
 def test_worker_processes_write_the_report_and_a_failure_stops_the_others_until_a_rerun(tmp_path, tiny_path):
