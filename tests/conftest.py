@@ -47,3 +47,19 @@ def torch_threads_unchanged():
         torch.set_num_threads(before)
         pytest.fail(f"the test changed torch's intra-op threads from {before} to {after}; restore them "
                     "(seed_train.threads.torch_threads) or set them in a subprocess")
+
+
+@pytest.fixture(scope="session")
+def tiny_path() -> str:
+    """The tiny test model's folder (built once, cached on disk: seed_train.tiny)."""
+    from seed_train.tiny import cached_tiny_model
+
+    return str(cached_tiny_model(seed=0))
+
+
+@pytest.fixture
+def keep_torch_rng():
+    """Loading a policy seeds torch's global generator: a test module that loads policies uses this
+    (``pytestmark = pytest.mark.usefixtures("keep_torch_rng")``) to keep it from leaking into later tests."""
+    with torch.random.fork_rng(devices=[]):
+        yield

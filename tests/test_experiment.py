@@ -8,26 +8,14 @@ from pathlib import Path
 
 import pytest
 import toy_env  # noqa: F401  (registers test/Echo-v0)
-import torch
 
 import seed_train.trainer as trainer
 from seed_train.config import SeedConfig
 from seed_train.evaluate import aggregate_runs, mcnemar_exact, paired_test
 from seed_train.experiment import ARMS, Experiment, arms_markdown
-from seed_train.tiny import cached_tiny_model
 from wrappers import read_trajectories
 
-
-@pytest.fixture(scope="module")
-def tiny_path():
-    return str(cached_tiny_model(seed=0))
-
-
-@pytest.fixture(autouse=True)
-def keep_torch_rng():
-    """Loading a policy seeds torch's global generator: keep it from leaking into later tests."""
-    with torch.random.fork_rng(devices=[]):
-        yield
+pytestmark = pytest.mark.usefixtures("keep_torch_rng")
 
 
 # ---------------------------------------------------------------------------------- statistics

@@ -9,26 +9,13 @@ import time
 
 import pytest
 import toy_env  # noqa: F401  (registers test/Echo-v0)
-import torch
 
 from seed_train.config import SeedConfig
 from seed_train.experiment import Experiment, Unit, WorkerFailed
-from seed_train.tiny import cached_tiny_model
 from wrappers import read_trajectories
 
 ARMS = ("sft-grpo", "seed")
-
-
-@pytest.fixture(scope="module")
-def tiny_path():
-    return str(cached_tiny_model(seed=0))
-
-
-@pytest.fixture(autouse=True)
-def keep_torch_rng():
-    """Loading a policy seeds torch's global generator: keep it from leaking into later tests."""
-    with torch.random.fork_rng(devices=[]):
-        yield
+pytestmark = pytest.mark.usefixtures("keep_torch_rng")
 
 
 def _base(tiny_path: str, **extra) -> SeedConfig:

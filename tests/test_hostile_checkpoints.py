@@ -23,7 +23,6 @@ from seed_train.cli import main_train
 from seed_train.config import SeedConfig, SetupError
 from seed_train.experiment import latest_checkpoint
 from seed_train.logs import MetricsLogger
-from seed_train.tiny import cached_tiny_model
 from seed_train.trainer import load, train
 
 # The tiny model on the one-step Echo env: two SEED iterations take seconds on one core.
@@ -53,11 +52,6 @@ class WritesMarker:
 
     def __reduce__(self):
         return open, (str(self.path), "w")
-
-
-@pytest.fixture(scope="module")
-def tiny_path() -> str:
-    return str(cached_tiny_model(seed=0))
 
 
 @pytest.fixture(scope="module")

@@ -21,16 +21,10 @@ from seed_train.samples import StepSample, build_samples, step_advantages
 from seed_train.skill_sources import (EmptySkills, FrozenAnalyzer, NoSkills, OnPolicyAnalyzer, ShuffledSkills,
                                       StaticLibrary, derange_across_tasks, make_skill_source)
 from seed_train.skills import SKILL_HEADER, Skill, analyzer_prompt
-from seed_train.tiny import cached_tiny_model
 from seed_train.trainer import _play_and_score, env_spec, gate_diagnostics, load
 from wrappers import Step, Trajectory, render_prompt
 
 TASKS, GROUP = 3, 3  # three tasks, one GRPO group of three episodes each
-
-
-@pytest.fixture(scope="module")
-def tiny_path():
-    return str(cached_tiny_model(seed=0))
 
 
 def fresh_policy(tiny_path):

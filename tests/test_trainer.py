@@ -18,14 +18,8 @@ from seed_train.samples import build_samples, step_advantages
 from seed_train.scoring import response_logprobs
 from seed_train.skills import (SKILL_HEADER, Skill, analyzer_prompt, parse_skill, rule_based_skill,
                                shuffle_within_groups, skill_augmented_prompt)
-from seed_train.tiny import cached_tiny_model
 from seed_train.trainer import load, train
 from wrappers import Step, Trajectory, read_trajectories, render_prompt
-
-
-@pytest.fixture(scope="module")
-def tiny_path():
-    return str(cached_tiny_model(seed=0))
 
 
 @pytest.fixture(scope="module")
