@@ -99,6 +99,10 @@ def _parser_train(sub) -> None:
                    help="worker processes that run the units side by side (default 1: one after another): a seed's "
                         "arms start together once its Stage 1 has trained, and further seeds fill free workers; "
                         "each worker uses --threads torch threads, so give --threads 1 (or cores / jobs)")
+    p.add_argument("--baselines-only", action="store_true",
+                   help="run only each seed's base-model evaluation and Stage 1 (with its evaluation), not the "
+                        "arms: the before / after-Stage-1 rows first where the arms take hours; the report lists the "
+                        "arms as unfinished, and the same command without this flag adds them in the same folder")
 
 
 def _parser_records(sub) -> None:
@@ -245,7 +249,8 @@ def main_experiment(args, argv: list[str] | None = None) -> int:
         base = SeedConfig.from_args(args)
         out = base.output_dir if args.output_dir is not None or base.output_dir != "runs/seed" else "runs/experiment"
         experiment = dataclasses.replace(Experiment.plan(base, args.arms, args.seeds, out, splits=args.splits),
-                                         command=("seed-train", *(sys.argv[1:] if argv is None else argv)))
+                                         command=("seed-train", *(sys.argv[1:] if argv is None else argv)),
+                                         baselines_only=args.baselines_only)
         check_run_setup(dataclasses.replace(base, output_dir=str(out)))  # before the experiment folder is made
         for split in args.splits:  # each evaluated panel, named as the flag that chose it
             check_env(base.env_id, dict(base.env_kwargs, split=split), {**TRAIN_NAMES, "split": "--splits"})

@@ -230,6 +230,9 @@ class Experiment:
     out: Path
     splits: tuple[str, ...] = DEFAULT_SPLITS
     command: tuple[str, ...] = ()  # the command line that ran it, kept in the manifest and the record
+    # Run each seed's base-model evaluation and Stage 1 only (``--baselines-only``): the table's first rows on an
+    # env whose arms take hours; the arms stay in the manifest and the report (unfinished) for a later rerun.
+    baselines_only: bool = False
 
     # ------------------------------------------------------------------------------ planning
     @classmethod
@@ -325,6 +328,10 @@ class Experiment:
             out += [Unit("arm", seed, folder / arm, arm) for arm in self.arms]
         return out
 
+    def work(self) -> list[Unit]:
+        """The units this run runs: :meth:`units`, less the arms with ``baselines_only``."""
+        return [u for u in self.units() if not (self.baselines_only and u.kind == "arm")]
+
     def stage1_file(self, seed: int) -> Path:
         return self.out / f"seed{seed}" / "stage1" / "run" / "checkpoints" / "stage1.safetensors"
 
@@ -358,7 +365,7 @@ class Experiment:
         if jobs > 1:
             return self.run_parallel(jobs, say)
         self.write_manifest()
-        units = self.units()
+        units = self.work()
         started = time.perf_counter()
         durations: dict[str, list[float]] = {}
         with torch_threads(self.base.threads):
@@ -385,7 +392,7 @@ class Experiment:
         paper against search QA seed 6's measured times and would have ended that seed 2 minutes later: the
         worker freed first by the base model's evaluation has a head start that favours a short arm.)"""
         first = {"stage1": 0, "before": 1}  # then the arms, in their order
-        return sorted(self.units(), key=lambda u: (self.seeds.index(u.seed), first.get(u.kind, 2)))
+        return sorted(self.work(), key=lambda u: (self.seeds.index(u.seed), first.get(u.kind, 2)))
 
     def ready(self, unit: Unit) -> bool:
         """Whether ``unit`` can start now: an arm from Stage 1 once its seed's Stage 1 training has finished
@@ -421,7 +428,7 @@ class Experiment:
             say(f"{unit.label}: {self._what(unit)}")
             t0 = time.perf_counter()
             self.run_unit(unit, say=lambda line: say(f"    {line}"))
-        units = self.units()
+        units = self.work()
         done = [u for u in units if u.done()]
         say(f"{unit.label}: done in {clock(time.perf_counter() - t0)}; {len(done)}/{len(units)} units "
             f"finished, ETA {clock(_eta([u for u in units if not u.done()], _durations(done)) / jobs)} "
@@ -441,7 +448,7 @@ class Experiment:
         stop = context.Event()
         workers = [context.Process(target=_worker_main, args=(self, f"w{k}", stop, poll_s, jobs, _env_registration(
             self.base.env_id)), name=f"w{k}") for k in range(1, jobs + 1)]
-        say(f"{len([u for u in self.units() if not u.done()])} unfinished units over {jobs} worker processes "
+        say(f"{len([u for u in self.work() if not u.done()])} unfinished units over {jobs} worker processes "
             f"({self.base.threads or 'auto'} torch thread(s) each)")
         for worker in workers:
             worker.start()

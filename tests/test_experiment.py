@@ -157,14 +157,23 @@ def test_experiment_two_arms_two_seeds_shared_stage1_paired_and_resumable(tmp_pa
             "--analyzer-retries", "0", "--stage1-demos", "4", "--stage1-epochs", "1", "--iterations", "1",
             "--tasks-per-iteration", "2", "--group-size", "2", "--lr", "3e-3", "--kl-coef", "0", "--eval-limit", "4",
             "--arms", "sft-grpo", "seed", "--seeds", "0", "1", "--output-dir", str(exp)]
+    # --baselines-only first, on seed 0: its base model's evaluation and Stage 1, no arm; the report lists the arms.
+    assert main_train([*argv[:argv.index("--seeds") + 1], "0", "--output-dir", str(exp), "--baselines-only"]) == 0
+    out = capsys.readouterr().out
+    assert "[1/2] seed 0 before training" in out and "[2/2] seed 0 Stage 1: done" in out and " arm " not in out
+    assert calls == {"stage1": 1, "train": 1} and not (exp / "seed0" / "seed").exists()
+    assert json.loads((exp / "report.json").read_text())["unfinished"] == ["seed 0 arm sft-grpo", "seed 0 arm seed"]
+    calls.update(stage1=0, train=0)
+    # Then the whole experiment in the same folder: seed 0's baselines are kept, everything else runs.
     assert main_train(argv) == 0
     out = capsys.readouterr().out
-    assert "[1/8] seed 0 before training" in out and "[8/8] seed 1 arm seed: done" in out and "ETA" in out
+    assert "[1/8] seed 0 before training: finished earlier, skipped" in out and "[2/8] seed 0 Stage 1: finished" in out
+    assert "[8/8] seed 1 arm seed: done" in out and "ETA" in out
     # Each evaluation names its policy, split and episode count as it starts (a long one then prints done / total).
-    for label, policies in (("before training", 2), ("after Stage 1", 2), ("after Stage 2", 4)):  # 2 seeds, 2 arms
+    for label, policies in (("before training", 1), ("after Stage 1", 1), ("after Stage 2", 4)):  # seed 1; 2 seeds x 2 arms
         for split in ("unseen", "test"):
             assert out.count(f"evaluating {label}: test/Echo-v0 {split}, 4 episodes") == policies, (label, split)
-    assert calls == {"stage1": 2, "train": 6}  # one Stage 1 per seed; per seed: the Stage 1 run + 2 arms
+    assert calls == {"stage1": 1, "train": 5}  # seed 1's Stage 1 (seed 0's was kept); per seed: 2 arms
 
     for seed in (0, 1):
         stage1 = exp / f"seed{seed}" / "stage1" / "run" / "checkpoints" / "stage1.safetensors"

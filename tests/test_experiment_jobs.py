@@ -90,6 +90,20 @@ def test_workers_take_each_unit_once_and_a_seeds_arms_start_when_its_stage1_has_
                                                                "seed 1 Stage 1"]
 
 
+def test_baselines_only_workers_run_each_seeds_base_model_and_stage1_and_no_arm(tmp_path, tiny_path):
+    import dataclasses
+
+    experiment = dataclasses.replace(TimedUnits.plan(_base(tiny_path), ARMS, [0, 1], tmp_path / "exp"),
+                                     baselines_only=True)
+    experiment.unit_s = 0.05
+    ran = [experiment.run_worker(say=lambda line: None, poll_s=0.02, jobs=1)]
+    assert ran == [4] and [u.label for u in experiment.claim_order()] == [
+        "seed 0 Stage 1", "seed 0 before training", "seed 1 Stage 1", "seed 1 before training"]
+    assert sorted(_logs(experiment)) == ["seed 0 Stage 1", "seed 0 before training", "seed 1 Stage 1",
+                                         "seed 1 before training"]  # every baseline, no arm
+    assert [u.label for u in experiment.units() if not u.done()] == [f"seed {s} arm {a}" for s in (0, 1) for a in ARMS]
+
+
 def test_worker_processes_write_the_report_and_a_failure_stops_the_others_until_a_rerun(tmp_path, tiny_path):
     out = tmp_path / "exp"
     experiment = TimedUnits.plan(_base(tiny_path), ARMS, [0, 1], out)
