@@ -598,7 +598,34 @@ def _worker_main(experiment: Experiment, name: str, stop: Any, poll_s: float, jo
     if registration is not None and registration.id not in gym.registry:
         gym.registry[registration.id] = registration
     sys.stdout = LinePrefix(sys.stdout, f"{name} ")  # every line of the worker's, the evaluations' included
+    _end_with_parent(name)
     experiment.run_worker(say=lambda line: print(line, flush=True), stop=stop.is_set, poll_s=poll_s, jobs=jobs)
+
+
+def _end_with_parent(name: str, grace_s: float = 30.0) -> None:
+    """End this worker when the experiment's process ends without stopping it (killed with SIGKILL, or by
+    the OOM killer): an orphaned worker would finish its unit and take further ones, on cores its user
+    thinks are free. A thread waits on the parent's sentinel, then interrupts the worker as Ctrl-C would
+    (its unit's lock goes with it; a rerun resumes) and, if the interrupt is not taken within ``grace_s``
+    (a long native call), exits."""
+    import multiprocessing
+    import multiprocessing.connection
+    import signal
+    import threading
+
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        with contextlib.suppress(OSError, ValueError):  # (its stdout may have gone with the parent)
+            print(f"the experiment's process has ended: {name} stops (a rerun resumes)", flush=True)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(grace_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 class LinePrefix(io.TextIOBase):

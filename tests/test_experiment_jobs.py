@@ -126,6 +126,48 @@ def test_worker_processes_write_the_report_and_a_failure_stops_the_others_until_
     assert min(after[label]["start"] for label in after if label not in before_rerun) > max(before_rerun.values())
 
 
+def test_workers_end_when_the_experiment_process_is_killed(tmp_path, tiny_path):
+    """kill -9 of the experiment's process leaves no worker running (an orphaned worker once went on to finish
+    two more units on cores its user had freed)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exp = tmp_path / "exp"
+    script = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+              "from test_experiment_jobs import ARMS, TimedUnits, _base\n"
+              f"e = TimedUnits.plan(_base({tiny_path!r}), ARMS, [0], {str(exp)!r})\n"
+              "e.unit_s = 120.0\n"
+              "e.run_parallel(2, say=print, poll_s=0.05)\n")
+    with open(tmp_path / "out.txt", "w") as out:
+        parent = subprocess.Popen([sys.executable, "-c", script], stdout=out, stderr=subprocess.STDOUT)
+    locks = [exp / "seed0" / unit / ".unit.lock" for unit in ("stage1", "before")]
+    deadline = time.time() + 120
+    while not all(lock.is_file() and lock.read_text().startswith("pid ") for lock in locks):
+        assert parent.poll() is None and time.time() < deadline, (tmp_path / "out.txt").read_text()
+        time.sleep(0.2)
+    workers = [int(lock.read_text().split()[1]) for lock in locks]
+    assert parent.pid not in workers and len(set(workers)) == 2
+
+    def running(pid: int) -> bool:  # (an orphan that has exited may stay a zombie until PID 1 reaps it)
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+
+    assert all(running(pid) for pid in workers)
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.time() + 20
+    while any(running(pid) for pid in workers) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(running(pid) for pid in workers)  # long before their 120 s units would have ended
+    assert not any((exp / "seed0" / unit / "results.json").exists() for unit in ("stage1", "before", *ARMS))
+    assert (tmp_path / "out.txt").read_text().count("the experiment's process has ended") == 2
+
+
 def test_jobs_2_gives_each_unit_the_outcomes_of_the_run_one_after_another(tmp_path, tiny_path, capfd):
     """The real trainer in two worker processes: every unit's evaluation plays the same episodes with the same
     outcomes as the same experiment run in one process, and the seed's Stage 1 weights are the same."""
