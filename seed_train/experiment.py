@@ -218,6 +218,11 @@ class Unit:
         """The trainer's run folder (Stage 1 and arms)."""
         return self.folder / "run"
 
+    @property
+    def lock_path(self) -> Path:
+        """The unit's ``flock`` file (:func:`unit_lock`): names the pid that last held it."""
+        return self.folder / ".unit.lock"
+
     def done(self) -> bool:
         return self.results_path.is_file()
 
@@ -431,9 +436,21 @@ class Experiment:
         units = self.work()
         done = [u for u in units if u.done()]
         say(f"{unit.label}: done in {clock(time.perf_counter() - t0)}; {len(done)}/{len(units)} units "
-            f"finished, ETA {clock(_eta([u for u in units if not u.done()], _durations(done)) / jobs)} "
-            f"over {jobs} workers")
+            f"finished, ETA {clock(self.parallel_eta(_durations(done), jobs))} over {jobs} workers")
         return True
+
+    def parallel_eta(self, durations: dict[str, list[tuple[float, float]]], jobs: int) -> float:
+        """Seconds until this run's units are finished, for a worker that is free now: the units held by
+        other processes end after their mean time (key: the arm, else the kind; :func:`_durations`) less the
+        time they have run (their lock's age), and the rest go, in :meth:`claim_order`, to whichever worker
+        is free first, an arm from Stage 1 not before its seed's Stage 1 has trained (the mean share of a
+        Stage 1 unit's time spent training): :func:`schedule_end` on these estimates."""
+        now = time.time()
+        pending = [u for u in self.claim_order() if not u.done()]
+        running = {u: now - u.lock_path.stat().st_mtime for u in pending if _held_elsewhere(u)}
+        trained = {u.seed for u in pending if u.kind == "stage1" and (u.run_dir / "results.json").is_file()}
+        return schedule_end([u for u in pending if u not in running], running, durations, jobs, trained,
+                            needs_stage1=lambda u: u.kind == "arm" and uses_stage1(self.base, u.arm))
 
     def run_parallel(self, jobs: int, say: Callable[[str], None] = print, poll_s: float = 5.0) -> dict[str, Any]:
         """The units in ``jobs`` worker processes (each with ``threads`` torch threads): a seed's arms run side
@@ -499,6 +516,7 @@ class Experiment:
                 if cfg.resume is None and unit.run_dir.exists():
                     shutil.rmtree(unit.run_dir)  # an interrupted start: its logs and trajectories would be appended to
                 train(cfg, say=say)
+                result["train_seconds"] = time.perf_counter() - t0  # (a rerun that only evaluates has none)
             result["train"] = read_json_file(unit.run_dir / "results.json")
             model, stage = unit.run_dir / "final", ("after_stage1" if unit.kind == "stage1" else "after")
             if unit.kind == "arm":
@@ -569,13 +587,80 @@ def _eta(left: Sequence[Unit], durations: dict[str, list[float]]) -> float:
     return sum(sum(durations[u.kind]) / len(durations[u.kind]) if durations.get(u.kind) else fallback for u in left)
 
 
-def _durations(done: Sequence[Unit]) -> dict[str, list[float]]:
-    """Seconds per unit kind of finished units, as their results.json recorded them (any process's)."""
-    out: dict[str, list[float]] = {}
+def _durations(done: Sequence[Unit]) -> dict[str, list[tuple[float, float]]]:
+    """(seconds, seconds training) of finished units per arm and per kind, as their results.json recorded
+    them (any process's; a unit from before ``train_seconds`` was recorded counts as training throughout)."""
+    out: dict[str, list[tuple[float, float]]] = {}
     for unit in done:
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            out.setdefault(unit.kind, []).append(float(read_json_file(unit.results_path)["seconds"]))
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            result = read_json_file(unit.results_path)
+            seconds = float(result["seconds"])
+            pair = (seconds, float(result.get("train_seconds", seconds)))
+            for key in dict.fromkeys((unit.arm or unit.kind, unit.kind)):
+                out.setdefault(key, []).append(pair)
     return out
+
+
+def schedule_end(queue: Sequence[Unit], running: dict[Unit, float], durations: dict[str, list[tuple[float, float]]],
+                 jobs: int, trained: set[int] = frozenset(), *,
+                 needs_stage1: Callable[[Unit], bool] = lambda u: u.kind == "arm") -> float:
+    """When ``jobs`` workers that take ``queue``'s units in order, each the first one ready when a worker is
+    free, have finished them: list scheduling on mean unit times. ``running``: unit -> seconds it has run (on
+    another worker); ``durations``: :func:`_durations`; ``trained``: seeds whose Stage 1 has trained (their
+    arms are ready); an arm that ``needs_stage1`` is ready once its seed's Stage 1 has run its mean training
+    time. Unknown times are the kind's mean, else any unit's (0 when none has finished)."""
+    import heapq
+
+    every = [d for ds in durations.values() for d in ds]
+
+    def mean(unit: Unit) -> tuple[float, float]:
+        known = durations.get(unit.arm or unit.kind) or durations.get(unit.kind) or every or [(0.0, 0.0)]
+        return sum(d for d, _ in known) / len(known), sum(t for _, t in known) / len(known)
+
+    ready_at = {seed: 0.0 for seed in trained}
+    free: list[float] = []
+    for unit, ran in running.items():
+        seconds, training = mean(unit)
+        free.append(max(0.0, seconds - ran))
+        if unit.kind == "stage1":
+            ready_at.setdefault(unit.seed, max(0.0, training - ran))
+    free += [0.0] * max(1, jobs - len(running))  # this worker, and any idle one
+    end = max(free)
+    heapq.heapify(free)
+    left = list(queue)
+    while left:
+        t = heapq.heappop(free)
+        starts = [ready_at.get(u.seed, float("inf")) if needs_stage1(u) else 0.0 for u in left]
+        pick = next((k for k, ready in enumerate(starts) if ready <= t), None)
+        if pick is None:  # every unit left waits for a Stage 1: this worker idles until the first is ready
+            if min(starts) == float("inf"):  # (a Stage 1 neither done, running nor queued: not in claim order)
+                break
+            heapq.heappush(free, min(starts))
+            continue
+        unit = left.pop(pick)
+        seconds, training = mean(unit)
+        if unit.kind == "stage1":
+            ready_at[unit.seed] = t + training
+        end = max(end, t + seconds)
+        heapq.heappush(free, t + seconds)
+    return end
+
+
+def _held_elsewhere(unit: Unit) -> bool:
+    """Whether another live process holds ``unit``'s lock (its lock file names the holder's pid)."""
+    try:
+        pid = int(unit.lock_path.read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _env_registration(env_id: str) -> Any:

@@ -90,6 +90,56 @@ def test_workers_take_each_unit_once_and_a_seeds_arms_start_when_its_stage1_has_
                                                                "seed 1 Stage 1"]
 
 
+def test_the_eta_schedules_the_units_left_on_the_workers_as_they_take_them(tmp_path):
+    """search QA seed 6 with --jobs 2 (docs/results.md): Stage 1 trained in 830 s and evaluated to 1,085 s,
+    the base model 178 s, the arms 1,128 / 1,715 / 1,570 s in --arms order. By hand: w1 Stage 1 0-1,085;
+    w2 base 0-178, then idle until Stage 1 has trained (830), sft-grpo 830-1,958; w1 seed 1,085-2,800; w2
+    seed-wrong-rule 1,958-3,528. The run took 3,538 s; the old estimate (mean unit time x units / workers)
+    could not see the wait."""
+    from seed_train.experiment import schedule_end
+
+    folder = tmp_path / "seed6"
+    stage1, before = Unit("stage1", 6, folder / "stage1"), Unit("before", 6, folder / "before")
+    arms = [Unit("arm", 6, folder / arm, arm) for arm in ("sft-grpo", "seed", "seed-wrong-rule")]
+    times = {"stage1": [(1085.0, 830.0)], "before": [(178.0, 178.0)], "sft-grpo": [(1128.0, 1128.0)],
+             "seed": [(1715.0, 1715.0)], "seed-wrong-rule": [(1570.0, 1570.0)]}
+    assert schedule_end([stage1, before, *arms], {}, times, jobs=2) == pytest.approx(3528.0)
+    assert schedule_end([stage1, before, *arms], {}, times, jobs=1) == pytest.approx(1085 + 178 + 1128 + 1715 + 1570)
+    # Stage 1 has run 600 s on another worker: the arms are ready 230 s from now; this worker runs the base
+    # model (0-178), waits, sft-grpo 230-1,358; the other ends Stage 1 at 485 and takes seed 485-2,200;
+    # seed-wrong-rule 1,358-2,928.
+    assert schedule_end([before, *arms], {stage1: 600.0}, times, jobs=2) == pytest.approx(2928.0)
+    # Stage 1 trained (its run's results.json): the arms are ready at once.
+    assert schedule_end(arms, {}, times, jobs=2, trained={6}) == pytest.approx(1128 + 1570)
+    # An arm with no time yet takes the mean of its kind's known units (here the arms'), else of any unit.
+    arm_times = {"arm": [(1000.0, 1000.0), (2000.0, 2000.0)]}
+    assert schedule_end(arms[:1], {}, arm_times, jobs=2, trained={6}) == pytest.approx(1500.0)
+    assert schedule_end([before], {}, {"stage1": [(60.0, 50.0)]}, jobs=1) == pytest.approx(60.0)
+    assert schedule_end([before], {}, {}, jobs=2) == 0.0  # nothing finished yet: no estimate
+    assert schedule_end([], {}, times, jobs=2) == 0.0
+
+
+def test_the_eta_counts_a_unit_another_live_process_holds(tmp_path, tiny_path):
+    import os
+
+    experiment = TimedUnits.plan(_base(tiny_path), ("sft-grpo",), [0], tmp_path / "exp")
+    stage1, before, arm = experiment.claim_order()
+    stage1.folder.mkdir(parents=True)
+    stage1.lock_path.write_text(f"pid {os.getppid()}")  # a live process that is not this one
+    os.utime(stage1.lock_path, (time.time() - 600, time.time() - 600))  # held for 600 s
+    times = [(1085.0, 830.0)]
+    for u in (before, arm):
+        u.folder.mkdir(parents=True)
+    before.results_path.write_text(json.dumps({"seconds": 178.0}))
+    arm_times = {"stage1": times, "sft-grpo": [(1128.0, 1128.0)]}
+    # This worker waits 230 s for Stage 1's weights, then runs the arm: 1,358 s.
+    assert experiment.parallel_eta(arm_times, jobs=2) == pytest.approx(1358.0, abs=5)
+    # A holder that has died: Stage 1 is queued again; one worker runs it (0-1,085), the other the arm from
+    # Stage 1's training time on (830-1,958).
+    stage1.lock_path.write_text("pid 999999999")
+    assert experiment.parallel_eta(arm_times, jobs=2) == pytest.approx(830 + 1128)
+
+
 def test_baselines_only_workers_run_each_seeds_base_model_and_stage1_and_no_arm(tmp_path, tiny_path):
     import dataclasses
 
