@@ -683,6 +683,7 @@ def _worker_main(experiment: Experiment, name: str, stop: Any, poll_s: float, jo
     if registration is not None and registration.id not in gym.registry:
         gym.registry[registration.id] = registration
     sys.stdout = LinePrefix(sys.stdout, f"{name} ")  # every line of the worker's, the evaluations' included
+    sys.stderr = LinePrefix(sys.stderr, f"{name} ")  # and the libraries' progress bars (tqdm writes there)
     _end_with_parent(name)
     experiment.run_worker(say=lambda line: print(line, flush=True), stop=stop.is_set, poll_s=poll_s, jobs=jobs)
 

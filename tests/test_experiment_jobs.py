@@ -231,7 +231,9 @@ def test_jobs_2_gives_each_unit_the_outcomes_of_the_run_one_after_another(tmp_pa
     assert main_train([*argv, "--output-dir", str(tmp_path / "one")]) == 0
     capfd.readouterr()
     assert main_train([*argv, "--output-dir", str(tmp_path / "two"), "--jobs", "2"]) == 0
-    out = capfd.readouterr().out  # (the workers write to the file descriptor)
+    out, err = capfd.readouterr()  # (the workers write to the file descriptors)
+    bars = [piece for piece in err.replace("\r", "\n").splitlines() if "Writing model shards" in piece]
+    assert bars and all(piece.startswith(("w1 ", "w2 ")) for piece in bars)  # the workers' progress bars too
     assert "4 unfinished units over 2 worker processes" in out
     # Every line a worker prints names it, the evaluations' progress included.
     assert all(line.startswith(("w1 ", "w2 ")) for line in out.splitlines()[1:] if line and "report:" not in line)
