@@ -702,6 +702,8 @@ def _end_with_parent(name: str, grace_s: float = 30.0) -> None:
     parent = multiprocessing.parent_process()
     if parent is None:
         return
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:  # a command started in the background ignores SIGINT
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # (the shell's doing): the watch needs it
 
     def watch() -> None:
         multiprocessing.connection.wait([parent.sentinel])

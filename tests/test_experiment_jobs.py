@@ -176,9 +176,11 @@ def test_worker_processes_write_the_report_and_a_failure_stops_the_others_until_
     assert min(after[label]["start"] for label in after if label not in before_rerun) > max(before_rerun.values())
 
 
-def test_workers_end_when_the_experiment_process_is_killed(tmp_path, tiny_path):
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_workers_end_when_the_experiment_process_is_killed(tmp_path, tiny_path, sigint):
     """kill -9 of the experiment's process leaves no worker running (an orphaned worker once went on to finish
-    two more units on cores its user had freed)."""
+    two more units on cores its user had freed), also where the command was started in the background by a
+    shell, which makes it ignore SIGINT (how the first version of the watch failed in CI)."""
     import os
     import signal
     import subprocess
@@ -186,7 +188,8 @@ def test_workers_end_when_the_experiment_process_is_killed(tmp_path, tiny_path):
     from pathlib import Path
 
     exp = tmp_path / "exp"
-    script = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+    script = (f"import signal, sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+              + ("signal.signal(signal.SIGINT, signal.SIG_IGN)\n" if sigint == "ignored" else "") +
               "from test_experiment_jobs import ARMS, TimedUnits, _base\n"
               f"e = TimedUnits.plan(_base({tiny_path!r}), ARMS, [0], {str(exp)!r})\n"
               "e.unit_s = 120.0\n"
