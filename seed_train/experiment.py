@@ -852,7 +852,7 @@ def decoding_phrase(report: dict[str, Any]) -> str:
 
 def report_markdown(report: dict[str, Any]) -> str:
     lines = [f"# Experiment: {report['env_id']}", "",
-             f"Arms: {', '.join(report['arms'])}; training seeds: {', '.join(map(str, report['seeds']))}. "
+             f"Arms: {', '.join(report['arms']) or 'none yet (the base model and Stage 1 only)'}; training seeds: {', '.join(map(str, report['seeds']))}. "
              f"Success is the {decoding_phrase(report)} success rate on the split's panel; mean ± sd over training "
              "seeds; per seed the Wilson 95% interval (of that one trained policy, over episodes).", "",
              READING_NOTE + f" This report makes {report.get('comparisons', 0)} seed-level comparisons."]

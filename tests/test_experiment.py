@@ -163,6 +163,12 @@ def test_experiment_two_arms_two_seeds_shared_stage1_paired_and_resumable(tmp_pa
     assert "[1/2] seed 0 before training" in out and "[2/2] seed 0 Stage 1: done" in out and " arm " not in out
     assert calls == {"stage1": 1, "train": 1} and not (exp / "seed0" / "seed").exists()
     assert json.loads((exp / "report.json").read_text())["unfinished"] == ["seed 0 arm sft-grpo", "seed 0 arm seed"]
+    from seed_train.experiment import report_markdown
+    from seed_train.records import read_record, report_from_record
+
+    baselines = report_markdown(report_from_record(read_record(exp / "record.jsonl")))  # the record: no arm yet
+    assert "Arms: none yet (the base model and Stage 1 only); training seeds: 0." in baselines
+    assert "| after Stage 1 | 1 |" in baselines
     calls.update(stage1=0, train=0)
     # Then the whole experiment in the same folder: seed 0's baselines are kept, everything else runs.
     assert main_train(argv) == 0
