@@ -70,6 +70,8 @@ def recorded_experiments(folder: Path = RESULTS / "records") -> list[dict[str, A
 
 
 def comparison_table(comparisons: list[dict[str, Any]]) -> list[str]:
+    if not comparisons:  # a record of the base model and Stage 1 alone (seed-train experiment --baselines-only)
+        return ["No seed-level comparison: no Stage 2 arm has run yet."]
     lines = ["| split " + COMPARISON_HEADER[0], "|---" + COMPARISON_HEADER[1]]
     return lines + [f"| {c['split']} " + comparison_row(c) for c in comparisons]
 
@@ -161,7 +163,7 @@ def results_block() -> str:
         splits, seeds = record_success(report)
         commands = [" ".join(c) for s in record.sessions for c in s.get("commands", [])]
         lines += [f"### {e['name']} (record: `{e['path']}`)", "",
-                  f"{record.header['env_id']}; arms {', '.join(report['arms'])}; training seeds "
+                  f"{record.header['env_id']}; arms {', '.join(report['arms']) or 'none yet'}; training seeds "
                   f"{', '.join(map(str, seeds))}; evaluation {decoding_phrase(report)}. Rebuild: `seed-train report "
                   f"{e['path']}`.", ""]
         lines += [f"Command: `{c}`" for c in dict.fromkeys(commands)] + [""]

@@ -111,12 +111,16 @@ def test_the_per_env_table_lists_every_paper_env_with_its_record_or_none():
     lock = experiment("lock", "seed/CodeLock-v0", {
         "after_stage1": policy(0.1, 0.1), "seed-static": policy(0.3, 0.1), "seed-static-wrong": policy(0.0, 0.0),
         "sft-grpo": {"per_seed": [{"seed": 1, "success": 0.5}]}})  # seed 0's unit still to run
-    rows = results_tables.env_block([lock, sokoban]).splitlines()[2:]
+    shop = experiment("shop", "seed/WebShop-v0", {"before": policy(0.0, 0.0), "after_stage1": policy(0.1, 0.2)})
+    rows = results_tables.env_block([lock, sokoban, shop]).splitlines()[2:]
     assert rows[0].startswith("| seed/EZPoints-v0 | none yet (`ezpoints-cpu`) | 0 |")
     # means over the two seeds; the wrong-rule control wins over the empty skill
     assert rows[1] == ("| seed/Sokoban-v0 | [sok](docs/results.md) | 2 | test | 0.000 | 0.300 | 0.400 | 0.400 "
                        "| seed-wrong-rule: 0.100 |")
     assert [r.split(" | ")[0] for r in rows[2:5]] == ["| seed/SearchQA-v0", "| seed/WebShop-v0", "| seed/ALFWorld-v0"]
+    # a record of the base model and Stage 1 alone (--baselines-only): no arm, no control
+    assert rows[3] == "| seed/WebShop-v0 | [shop](docs/results.md) | 2 | test | 0.000 | 0.150 | - | - | - |"
+    assert results_tables.comparison_table([]) == ["No seed-level comparison: no Stage 2 arm has run yet."]
     assert rows[5] == ("| seed/CodeLock-v0 | [lock](docs/results.md) | 2 | test | - | 0.100 | 0.500 (1 of 2 seeds) "
                        "| 0.200 (seed-static) | seed-static-wrong: 0.000 |")
     assert len(rows) == 6
