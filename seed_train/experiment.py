@@ -436,15 +436,16 @@ class Experiment:
         units = self.work()
         done = [u for u in units if u.done()]
         say(f"{unit.label}: done in {clock(time.perf_counter() - t0)}; {len(done)}/{len(units)} units "
-            f"finished, ETA {clock(self.parallel_eta(_durations(done), jobs))} over {jobs} workers")
+            f"finished, {_eta_text(self.parallel_eta(_durations(done), jobs), jobs)}")
         return True
 
-    def parallel_eta(self, durations: dict[str, list[tuple[float, float]]], jobs: int) -> float:
+    def parallel_eta(self, durations: dict[str, list[tuple[float, float]]], jobs: int) -> float | None:
         """Seconds until this run's units are finished, for a worker that is free now: the units held by
         other processes end after their mean time (key: the arm, else the kind; :func:`_durations`) less the
         time they have run (their lock's age), and the rest go, in :meth:`claim_order`, to whichever worker
         is free first, an arm from Stage 1 not before its seed's Stage 1 has trained (the mean share of a
-        Stage 1 unit's time spent training): :func:`schedule_end` on these estimates."""
+        Stage 1 unit's time spent training): :func:`schedule_end` on these estimates (None until a unit of
+        each kind left has finished)."""
         now = time.time()
         pending = [u for u in self.claim_order() if not u.done()]
         running = {u: now - u.lock_path.stat().st_mtime for u in pending if _held_elsewhere(u)}
@@ -601,20 +602,28 @@ def _durations(done: Sequence[Unit]) -> dict[str, list[tuple[float, float]]]:
     return out
 
 
+def _eta_text(seconds: float | None, jobs: int) -> str:
+    if seconds is None:
+        return "ETA not known until a unit of each kind left has finished once"
+    return f"ETA {clock(seconds)} over {jobs} workers"
+
+
 def schedule_end(queue: Sequence[Unit], running: dict[Unit, float], durations: dict[str, list[tuple[float, float]]],
                  jobs: int, trained: set[int] = frozenset(), *,
-                 needs_stage1: Callable[[Unit], bool] = lambda u: u.kind == "arm") -> float:
+                 needs_stage1: Callable[[Unit], bool] = lambda u: u.kind == "arm") -> float | None:
     """When ``jobs`` workers that take ``queue``'s units in order, each the first one ready when a worker is
     free, have finished them: list scheduling on mean unit times. ``running``: unit -> seconds it has run (on
     another worker); ``durations``: :func:`_durations`; ``trained``: seeds whose Stage 1 has trained (their
     arms are ready); an arm that ``needs_stage1`` is ready once its seed's Stage 1 has run its mean training
-    time. Unknown times are the kind's mean, else any unit's (0 when none has finished)."""
+    time. An arm not run yet takes the mean of the arms run; None where a unit's kind has no finished unit (a
+    base model's evaluation says nothing of Stage 1's time)."""
     import heapq
 
-    every = [d for ds in durations.values() for d in ds]
+    if any(not (durations.get(u.arm or u.kind) or durations.get(u.kind)) for u in [*queue, *running]):
+        return None
 
     def mean(unit: Unit) -> tuple[float, float]:
-        known = durations.get(unit.arm or unit.kind) or durations.get(unit.kind) or every or [(0.0, 0.0)]
+        known = durations.get(unit.arm or unit.kind) or durations[unit.kind]
         return sum(d for d, _ in known) / len(known), sum(t for _, t in known) / len(known)
 
     ready_at = {seed: 0.0 for seed in trained}

@@ -82,6 +82,9 @@ def test_workers_take_each_unit_once_and_a_seeds_arms_start_when_its_stage1_has_
     assert {arm["worker"] for arm in first} == {"w1", "w2"}
     done_lines = [line for line in lines if ": done in " in line]
     assert len(done_lines) == 8 and "8/8 units finished, ETA 0s over 2 workers" in done_lines[-1]
+    # The base model's evaluation ends first, with Stage 1 and the arms not yet timed: no estimate, not a guess.
+    assert "seed 0 before training: done" in done_lines[0]
+    assert done_lines[0].endswith("units finished, ETA not known until a unit of each kind left has finished once")
     # A second pass finds nothing to do.
     assert experiment.run_worker(say=lines.append, poll_s=0.02) == 0
     # The order free workers take units in: per seed Stage 1, the base model, the arms as given.
@@ -111,12 +114,14 @@ def test_the_eta_schedules_the_units_left_on_the_workers_as_they_take_them(tmp_p
     assert schedule_end([before, *arms], {stage1: 600.0}, times, jobs=2) == pytest.approx(2928.0)
     # Stage 1 trained (its run's results.json): the arms are ready at once.
     assert schedule_end(arms, {}, times, jobs=2, trained={6}) == pytest.approx(1128 + 1570)
-    # An arm with no time yet takes the mean of its kind's known units (here the arms'), else of any unit.
+    # An arm with no time yet takes the mean of the arms run.
     arm_times = {"arm": [(1000.0, 1000.0), (2000.0, 2000.0)]}
     assert schedule_end(arms[:1], {}, arm_times, jobs=2, trained={6}) == pytest.approx(1500.0)
-    assert schedule_end([before], {}, {"stage1": [(60.0, 50.0)]}, jobs=1) == pytest.approx(60.0)
-    assert schedule_end([before], {}, {}, jobs=2) == 0.0  # nothing finished yet: no estimate
-    assert schedule_end([], {}, times, jobs=2) == 0.0
+    # A kind with no finished unit has no estimate (the base model's 3 minutes say nothing of Stage 1's 18).
+    assert schedule_end([before], {stage1: 60.0}, {"before": [(178.0, 178.0)]}, jobs=2) is None
+    assert schedule_end([before], {}, {"stage1": [(60.0, 50.0)]}, jobs=1) is None
+    assert schedule_end([before], {}, {}, jobs=2) is None
+    assert schedule_end([], {}, times, jobs=2) == 0.0  # nothing left
 
 
 def test_the_eta_counts_a_unit_another_live_process_holds(tmp_path, tiny_path):
