@@ -372,7 +372,6 @@ class Experiment:
         self.write_manifest()
         units = self.work()
         started = time.perf_counter()
-        durations: dict[str, list[float]] = {}
         with torch_threads(self.base.threads):
             for k, unit in enumerate(units, 1):
                 head = f"[{k}/{len(units)}] {unit.label}"
@@ -384,10 +383,9 @@ class Experiment:
                     say(f"{head}: {self._what(unit)}")
                     t0 = time.perf_counter()
                     self.run_unit(unit, say=lambda line: say(f"    {line}"))
-                durations.setdefault(unit.kind, []).append(time.perf_counter() - t0)
-                left = [u for u in units[k:] if not u.done()]
-                say(f"{head}: done in {clock(durations[unit.kind][-1])}; elapsed "
-                    f"{clock(time.perf_counter() - started)}, ETA {clock(_eta(left, durations))}")
+                eta = self.eta_seconds(_durations([u for u in units if u.done()]), jobs=1)
+                say(f"{head}: done in {clock(time.perf_counter() - t0)}; elapsed "
+                    f"{clock(time.perf_counter() - started)}, {_eta_text(eta, 1)}")
         return self.report()
 
     # ------------------------------------------------------------------------------ parallel workers
@@ -436,11 +434,12 @@ class Experiment:
         units = self.work()
         done = [u for u in units if u.done()]
         say(f"{unit.label}: done in {clock(time.perf_counter() - t0)}; {len(done)}/{len(units)} units "
-            f"finished, {_eta_text(self.parallel_eta(_durations(done), jobs), jobs)}")
+            f"finished, {_eta_text(self.eta_seconds(_durations(done), jobs), jobs)}")
         return True
 
-    def parallel_eta(self, durations: dict[str, list[tuple[float, float]]], jobs: int) -> float | None:
-        """Seconds until this run's units are finished, for a worker that is free now: the units held by
+    def eta_seconds(self, durations: dict[str, list[tuple[float, float]]], jobs: int) -> float | None:
+        """Seconds until this run's units are finished, for a worker that is free now (of ``jobs``; 1: the
+        run one unit after another, which waits on units other processes hold): the units held by
         other processes end after their mean time (key: the arm, else the kind; :func:`_durations`) less the
         time they have run (their lock's age), and the rest go, in :meth:`claim_order`, to whichever worker
         is free first, an arm from Stage 1 not before its seed's Stage 1 has trained (the mean share of a
@@ -581,13 +580,6 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return latest(run_dir)
 
 
-def _eta(left: Sequence[Unit], durations: dict[str, list[float]]) -> float:
-    """Remaining units times the mean duration of their kind so far (any kind's mean when none yet)."""
-    every = [d for ds in durations.values() for d in ds]
-    fallback = sum(every) / len(every) if every else 0.0
-    return sum(sum(durations[u.kind]) / len(durations[u.kind]) if durations.get(u.kind) else fallback for u in left)
-
-
 def _durations(done: Sequence[Unit]) -> dict[str, list[tuple[float, float]]]:
     """(seconds, seconds training) of finished units per arm and per kind, as their results.json recorded
     them (any process's; a unit from before ``train_seconds`` was recorded counts as training throughout)."""
@@ -605,7 +597,7 @@ def _durations(done: Sequence[Unit]) -> dict[str, list[tuple[float, float]]]:
 def _eta_text(seconds: float | None, jobs: int) -> str:
     if seconds is None:
         return "ETA not known until a unit of each kind left has finished once"
-    return f"ETA {clock(seconds)} over {jobs} workers"
+    return f"ETA {clock(seconds)}" + (f" over {jobs} workers" if jobs > 1 else "")
 
 
 def schedule_end(queue: Sequence[Unit], running: dict[Unit, float], durations: dict[str, list[tuple[float, float]]],

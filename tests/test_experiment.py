@@ -161,6 +161,10 @@ def test_experiment_two_arms_two_seeds_shared_stage1_paired_and_resumable(tmp_pa
     assert main_train([*argv[:argv.index("--seeds") + 1], "0", "--output-dir", str(exp), "--baselines-only"]) == 0
     out = capsys.readouterr().out
     assert "[1/2] seed 0 before training" in out and "[2/2] seed 0 Stage 1: done" in out and " arm " not in out
+    done = [line for line in out.splitlines() if ": done in " in line]
+    # No Stage 1 has finished when the base model's evaluation ends: no ETA rather than the base model's time.
+    assert done[0].endswith("ETA not known until a unit of each kind left has finished once") and done[1].endswith(
+        "ETA 0s")
     assert calls == {"stage1": 1, "train": 1} and not (exp / "seed0" / "seed").exists()
     assert json.loads((exp / "report.json").read_text())["unfinished"] == ["seed 0 arm sft-grpo", "seed 0 arm seed"]
     from seed_train.experiment import report_markdown

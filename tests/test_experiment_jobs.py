@@ -138,11 +138,11 @@ def test_the_eta_counts_a_unit_another_live_process_holds(tmp_path, tiny_path):
     before.results_path.write_text(json.dumps({"seconds": 178.0}))
     arm_times = {"stage1": times, "sft-grpo": [(1128.0, 1128.0)]}
     # This worker waits 230 s for Stage 1's weights, then runs the arm: 1,358 s.
-    assert experiment.parallel_eta(arm_times, jobs=2) == pytest.approx(1358.0, abs=5)
+    assert experiment.eta_seconds(arm_times, jobs=2) == pytest.approx(1358.0, abs=5)
     # A holder that has died: Stage 1 is queued again; one worker runs it (0-1,085), the other the arm from
     # Stage 1's training time on (830-1,958).
     stage1.lock_path.write_text("pid 999999999")
-    assert experiment.parallel_eta(arm_times, jobs=2) == pytest.approx(830 + 1128)
+    assert experiment.eta_seconds(arm_times, jobs=2) == pytest.approx(830 + 1128)
 
 
 def test_baselines_only_workers_run_each_seeds_base_model_and_stage1_and_no_arm(tmp_path, tiny_path):
