@@ -729,7 +729,8 @@ class LinePrefix(io.TextIOBase):
 
     def write(self, text: str) -> int:
         for piece in text.splitlines(keepends=True):
-            self.stream.write((self.prefix if self.at_line_start else "") + piece)
+            bare_ending = piece in ("\n", "\r", "\r\n")  # an empty line or a redraw's opening \r: no prefix
+            self.stream.write((self.prefix if self.at_line_start and not bare_ending else "") + piece)
             self.at_line_start = piece.endswith(("\n", "\r"))
         return len(text)
 

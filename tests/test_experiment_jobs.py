@@ -26,9 +26,12 @@ def _base(tiny_path: str, **extra) -> SeedConfig:
 
 
 class TimedUnits(Experiment):
-    """Units that sleep instead of training; Stage 1 marks its training finished halfway (as the trainer's
-    run/results.json does before the unit's evaluation). A unit named in ``fail`` raises. Module level, so a
-    spawned worker unpickles it."""
+    """Units that sleep instead of training; Stage 1 marks its training finished after ``unit_s`` (as the
+    trainer's run/results.json does before the unit's evaluation) and evaluates for 3 ``unit_s``. The base
+    model takes 2 ``unit_s``: its worker is free a clear ``unit_s`` after Stage 1 has trained, so it takes the
+    seed's first arm, not the next seed's Stage 1 (with equal times the two raced, and lost under load). An arm
+    takes 4, outlasting Stage 1's evaluation. A unit named in ``fail`` raises. Module level, so a spawned
+    worker unpickles it."""
 
     unit_s: float = 0.4
     fail: tuple[str, ...] = ()
@@ -38,12 +41,14 @@ class TimedUnits(Experiment):
         if unit.label in self.fail:
             raise RuntimeError(f"{unit.label} breaks")
         log = {"label": unit.label, "start": time.time(), "worker": threading.current_thread().name}
-        time.sleep(self.unit_s * (3 if unit.kind == "arm" else 1))  # an arm outlasts Stage 1's evaluation
+        time.sleep(self.unit_s * {"before": 2, "stage1": 1, "arm": 4}[unit.kind])
         if unit.kind == "stage1":
             unit.run_dir.mkdir(parents=True, exist_ok=True)
-            (unit.run_dir / "results.json").write_text("{}")
+            # Timed before the file appears: a worker polling for it may start an arm before this thread runs
+            # again (a timestamp taken after the write failed CI once, the arm's start 1 ms before it).
             log["trained"] = time.time()
-            time.sleep(self.unit_s)  # its evaluation
+            (unit.run_dir / "results.json").write_text("{}")
+            time.sleep(3 * self.unit_s)  # its evaluation
         log["end"] = time.time()
         unit.results_path.write_text(json.dumps({"seconds": log["end"] - log["start"], "log": log}))
 
@@ -81,7 +86,9 @@ def test_workers_take_each_unit_once_and_a_seeds_arms_start_when_its_stage1_has_
     assert max(arm["start"] for arm in first) < min(arm["end"] for arm in first)
     assert {arm["worker"] for arm in first} == {"w1", "w2"}
     done_lines = [line for line in lines if ": done in " in line]
-    assert len(done_lines) == 8 and "8/8 units finished, ETA 0s over 2 workers" in done_lines[-1]
+    # Two workers ending at the same moment may print their lines in either order: the count each printed,
+    # not the last line, says which ended the run.
+    assert len(done_lines) == 8 and sum("8/8 units finished, ETA 0s over 2 workers" in line for line in done_lines) == 1
     # The base model's evaluation ends first, with Stage 1 and the arms not yet timed: no estimate, not a guess.
     assert "seed 0 before training: done" in done_lines[0]
     assert done_lines[0].endswith("units finished, ETA not known until a unit of each kind left has finished once")
@@ -278,4 +285,7 @@ def test_a_workers_stream_prefixes_every_line_and_every_rewrite():
     stream.write("one\ntw")
     stream.write("o\n")
     stream.write("3/4\r4/4\n\nlast")
-    assert sink.getvalue() == "w2 one\nw2 two\nw2 3/4\rw2 4/4\nw2 \nw2 last"
+    # tqdm opens each redraw with a bare carriage return: no prefix of its own (a log file read raw showed
+    # "w1 w1 Loading weights"), the text after it gets one.
+    stream.write("\n\rLoading 0%\rLoading 9%")
+    assert sink.getvalue() == "w2 one\nw2 two\nw2 3/4\rw2 4/4\n\nw2 last\n\rw2 Loading 0%\rw2 Loading 9%"
