@@ -153,7 +153,8 @@ def main_records(args) -> int:
         if args.command == "record":
             counts = record_experiment(args.experiment_dir, args.record)
             print(f"{args.record}: {counts['added']} unit(s) added, {counts['identical']} already recorded "
-                  f"(same outcomes), {counts['unfinished']} unfinished in the folder")
+                  f"(same outcomes), {counts['panels_added']} given an added panel's evaluation, "
+                  f"{counts['unfinished']} unfinished in the folder")
             return 0
         path = Path(args.record)
         out = Path(args.out) if args.out else path.with_name(path.name.split(".")[0] + "-report")
@@ -252,8 +253,12 @@ def main_experiment(args, argv: list[str] | None = None) -> int:
                                          command=("seed-train", *(sys.argv[1:] if argv is None else argv)),
                                          baselines_only=args.baselines_only)
         check_run_setup(dataclasses.replace(base, output_dir=str(out)))  # before the experiment folder is made
-        for split in args.splits:  # each evaluated panel, named as the flag that chose it
-            check_env(base.env_id, dict(base.env_kwargs, split=split), {**TRAIN_NAMES, "split": "--splits"})
+        for name in args.splits:  # each evaluated panel, named as the flag that chose it
+            split, env_kwargs = base.panel(name)
+            where = "--splits" if name not in base.panels else f"config field 'panels' ({name})"
+            check_env(base.env_id, dict(env_kwargs, split=split),
+                      {**TRAIN_NAMES, "split": where, "env_kwargs": where if name in base.panels else
+                       TRAIN_NAMES["env_kwargs"]})
     except ValueError as e:  # (SetupError is one)
         return fail("seed-train experiment", e)
     try:

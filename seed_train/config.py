@@ -195,6 +195,10 @@ class SeedConfig:
                                         "CodeLock's warmup families, so Stage 1 teaches the format and reading a "
                                         "skill without teaching Stage 2's tasks")
     eval_split: str = _f("unseen", "split evaluated before and after training")
+    panels: dict = _f({}, "named evaluation panels, usable wherever a split is named (eval_split, experiment "
+                          "--splits): NAME -> {split: SPLIT, other gym.make arguments}, the arguments added to "
+                          "env_kwargs for that panel only; e.g. ALFWorld's real unseen games beside the "
+                          "generated ones: {real-unseen: {split: valid_unseen, data_dir: PATH}} (JSON on the CLI)")
     max_steps: int | None = _f(None, "episode length; default: the env's agent budget (Sokoban 15, EZPoints 8, ...)")
     history: int | None = _f(None, "past (observation, action) pairs in the prompt; default: the env's own")
     template: str | None = _f(None, "generic prompt template (default, compact); default: the env's own wording")
@@ -356,6 +360,10 @@ class SeedConfig:
         need(isinstance(self.env_kwargs, dict), "env_kwargs", "must be a mapping")
         need("split" not in self.env_kwargs, "env_kwargs", "the split is set by train_split and eval_split, "
              "not env_kwargs")
+        need(isinstance(self.panels, dict) and all(
+            isinstance(name, str) and name and isinstance(panel, dict) and isinstance(panel.get("split"), str)
+            and panel["split"] for name, panel in self.panels.items()), "panels",
+            "must map each panel name to a mapping with a 'split' (and any other gym.make arguments)")
         for name in ("max_steps", "history"):
             value = getattr(self, name)
             need(value is None or (isinstance(value, int) and value >= (1 if name == "max_steps" else 0)), name,
@@ -430,6 +438,14 @@ class SeedConfig:
             need(Path(self.stage1_from).is_file(), "stage1_from", "file not found")
 
     # ------------------------------------------------------------ derived values
+    def panel(self, name: str) -> tuple[str, dict[str, Any]]:
+        """The env split and gym.make arguments (``env_kwargs`` with the panel's own) of a split or panel
+        name: a name in ``panels`` is that panel, any other name a split of the env with ``env_kwargs``."""
+        if name not in self.panels:
+            return name, dict(self.env_kwargs)
+        own = dict(self.panels[name])
+        return own.pop("split"), {**self.env_kwargs, **own}
+
     def env_default(self, name: str) -> Any:
         """``max_steps`` / ``history`` / ``action_format`` / ``template``: the config's value, else the env's own
         agent default.

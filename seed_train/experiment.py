@@ -81,6 +81,16 @@ MANAGED_FIELDS = ("seed", "output_dir", "eval_before", "eval_after", "eval_after
 # its folder (searchqa-cpu's one-pass update: docs/results.md).
 OPERATIONAL_FIELDS = ("threads", "micro_batch_size", "checkpoint_every", "env_backend", "env_urls",
                       "env_step_timeout_s", "env_episode_timeout_s")
+
+
+def panels_only_added(before: Any, now: Any) -> bool:
+    """Whether config field ``panels`` went from ``before`` to ``now`` by adding panels only: a folder (or
+    record) may gain a panel, whose evaluations a rerun adds to the finished units; a panel that changed
+    would mix two panels under one name."""
+    before, now = before or {}, now or {}
+    return all(name in now and now[name] == panel for name, panel in before.items())
+
+
 # Metrics drawn per arm over iterations when a run logs them (others' diagnostics included as they appear).
 CURVE_KEYS = ("success", "skill_valid_rate", "opd_grad_share", "gate_adv_cov", "gate_adv_cov_context",
               "gate_adv_cov_pooled")
@@ -280,7 +290,8 @@ class Experiment:
                      if f.name not in MANAGED_FIELDS}, **read_json_file(path)["config"]}
         now = self.common_config()
         changed = sorted(k for k in set(before) | set(now)
-                         if k not in OPERATIONAL_FIELDS and before.get(k) != now.get(k))
+                         if k not in OPERATIONAL_FIELDS and before.get(k) != now.get(k)
+                         and not (k == "panels" and panels_only_added(before.get(k), now.get(k))))
         if changed:
             raise ValueError(f"{self.out} was started with other values of {changed}; finished units would mix "
                              "configs: use those values or a new --output-dir")
@@ -304,7 +315,7 @@ class Experiment:
         old = read_json_file(path) if path.is_file() else {"arms": [], "seeds": []}
         tmp = path.with_name(f"experiment.json.tmp{os.getpid()}")
         tmp.write_text(json.dumps({
-            "config": self.common_config(), "splits": list(self.splits),
+            "config": self.common_config(), "splits": list(dict.fromkeys([*old.get("splits", []), *self.splits])),
             "arms": list(dict.fromkeys([*old["arms"], *self.arms])),
             "seeds": list(dict.fromkeys([*old["seeds"], *self.seeds])),
             "overrides": {a: arm_overrides(a) for a in dict.fromkeys([*old["arms"], *self.arms]) if is_arm(a)},
@@ -320,7 +331,8 @@ class Experiment:
         manifest = read_json_file(path) if path.is_file() else {"arms": [], "seeds": []}
         arms = tuple(a for a in dict.fromkeys([*manifest["arms"], *self.arms]) if is_arm(a))
         seeds = tuple(sorted(dict.fromkeys([*manifest["seeds"], *self.seeds])))
-        return dataclasses.replace(self, arms=arms, seeds=seeds)
+        splits = tuple(dict.fromkeys([*manifest.get("splits", []), *self.splits]))
+        return dataclasses.replace(self, arms=arms, seeds=seeds, splits=splits)
 
     def units(self) -> list[Unit]:
         """Per seed: the base model's evaluation, Stage 1 (when an arm uses it), then the arms in order."""
@@ -332,6 +344,19 @@ class Experiment:
                 out.append(Unit("stage1", seed, folder / "stage1"))
             out += [Unit("arm", seed, folder / arm, arm) for arm in self.arms]
         return out
+
+    def missing_splits(self, unit: Unit) -> tuple[str, ...]:
+        """The splits (or panels) of this run a unit has not been evaluated on: all of them for an unfinished
+        unit; for a finished one, those added to the folder after it ran (a new ``panels`` entry in
+        ``--splits``), which a rerun evaluates from the unit's saved policy without training again."""
+        if not unit.done():
+            return self.splits
+        evals = read_json_file(unit.results_path).get("evals", {})
+        return tuple(s for s in self.splits if s not in evals)
+
+    def pending(self, unit: Unit) -> bool:
+        """Whether this run has work on ``unit``: the unit itself, or an evaluation of a panel it lacks."""
+        return bool(self.missing_splits(unit))
 
     def work(self) -> list[Unit]:
         """The units this run runs: :meth:`units`, less the arms with ``baselines_only``."""
@@ -377,7 +402,7 @@ class Experiment:
                 head = f"[{k}/{len(units)}] {unit.label}"
                 with unit_lock(unit.folder, lambda holder: say(f"{head}: another process is running it "
                                                                f"({holder}); waiting")):
-                    if unit.done():  # (finished earlier, or by the process this one waited for)
+                    if not self.pending(unit):  # (finished earlier, or by the process this one waited for)
                         say(f"{head}: finished earlier, skipped")
                         continue
                     say(f"{head}: {self._what(unit)}")
@@ -415,7 +440,7 @@ class Experiment:
         ran = 0
         with torch_threads(self.base.threads):
             while not stop():
-                pending = [u for u in self.claim_order() if not u.done()]
+                pending = [u for u in self.claim_order() if self.pending(u)]
                 if not pending:
                     return ran
                 if not any(self._run_if_free(u, say, jobs) for u in pending if self.ready(u)):
@@ -426,15 +451,15 @@ class Experiment:
 
     def _run_if_free(self, unit: Unit, say: Callable[[str], None], jobs: int) -> bool:
         with unit_lock(unit.folder, None) as held:
-            if not held or unit.done():
+            if not held or not self.pending(unit):
                 return False
             say(f"{unit.label}: {self._what(unit)}")
             t0 = time.perf_counter()
             self.run_unit(unit, say=lambda line: say(f"    {line}"))
         units = self.work()
-        done = [u for u in units if u.done()]
-        say(f"{unit.label}: done in {clock(time.perf_counter() - t0)}; {len(done)}/{len(units)} units "
-            f"finished, {_eta_text(self.eta_seconds(_durations(done), jobs), jobs)}")
+        finished = [u for u in units if not self.pending(u)]
+        say(f"{unit.label}: done in {clock(time.perf_counter() - t0)}; {len(finished)}/{len(units)} units "
+            f"finished, {_eta_text(self.eta_seconds(_durations([u for u in units if u.done()]), jobs), jobs)}")
         return True
 
     def eta_seconds(self, durations: dict[str, list[tuple[float, float]]], jobs: int) -> float | None:
@@ -444,7 +469,7 @@ class Experiment:
         time they have run (their lock's age), and the rest go, in :meth:`claim_order`, to whichever worker
         is free first, an arm from Stage 1 not before its seed's Stage 1 has trained (the mean share of a
         Stage 1 unit's time spent training): :func:`schedule_end` on these estimates (None until a unit of
-        each kind left has finished)."""
+        each kind left has finished). An evaluation of a panel added to a finished unit is not counted."""
         now = time.time()
         pending = [u for u in self.claim_order() if not u.done()]
         running = {u: now - u.lock_path.stat().st_mtime for u in pending if _held_elsewhere(u)}
@@ -465,7 +490,7 @@ class Experiment:
         stop = context.Event()
         workers = [context.Process(target=_worker_main, args=(self, f"w{k}", stop, poll_s, jobs, _env_registration(
             self.base.env_id)), name=f"w{k}") for k in range(1, jobs + 1)]
-        say(f"{len([u for u in self.work() if not u.done()])} unfinished units over {jobs} worker processes "
+        say(f"{len([u for u in self.work() if self.pending(u)])} unfinished units over {jobs} worker processes "
             f"({self.base.threads or 'auto'} torch thread(s) each)")
         for worker in workers:
             worker.start()
@@ -487,6 +512,8 @@ class Experiment:
         return self.report()
 
     def _what(self, unit: Unit) -> str:
+        if unit.done():
+            return f"finished earlier; evaluating on the added panel(s) {', '.join(self.missing_splits(unit))}"
         if unit.kind == "before":
             return f"evaluating the base model on {', '.join(self.splits)}"
         if unit.kind == "stage1":
@@ -500,6 +527,8 @@ class Experiment:
     def run_unit(self, unit: Unit, say: Callable[[str], None] = print) -> dict[str, Any]:
         from seed_train.trainer import train
 
+        if unit.done():
+            return self.add_panels(unit)
         t0 = time.perf_counter()
         result: dict[str, Any] = {"kind": unit.kind, "seed": unit.seed, "arm": unit.arm}
         if unit.kind == "before":
@@ -524,14 +553,28 @@ class Experiment:
                 result["start"] = "after_stage1" if uses_stage1(self.base, unit.arm) else "before"
         result["evals"] = self.evaluate(model, unit.seed, unit.folder, stage)
         result["seconds"] = time.perf_counter() - t0
-        tmp = unit.results_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(result, indent=1))
-        tmp.replace(unit.results_path)  # atomically: a results.json is always a whole one
+        _write_results(unit, result)
         return result
 
-    def evaluate(self, model: str | Path, seed: int, folder: Path, stage: str) -> dict[str, Any]:
-        """Evaluation of a policy folder on every split (greedy, or ``eval_samples`` sampled episodes per task):
-        summary and per-episode outcomes per split."""
+    def add_panels(self, unit: Unit) -> dict[str, Any]:
+        """A finished unit evaluated on the splits it lacks (:meth:`missing_splits`), from its saved policy (the
+        base model, or the unit's ``run/final``) as its own evaluation was; its results.json gains them (and
+        their time in ``added_eval_seconds``; ``seconds`` stays the unit's own)."""
+        result = read_json_file(unit.results_path)
+        missing = self.missing_splits(unit)
+        model = self.base.model if unit.kind == "before" else unit.run_dir / "final"
+        stage = {"before": "before", "stage1": "after_stage1"}.get(unit.kind, "after")
+        t0 = time.perf_counter()
+        result["evals"].update(self.evaluate(model, unit.seed, unit.folder, stage, splits=missing))
+        result["added_eval_seconds"] = {**result.get("added_eval_seconds", {}),
+                                        ",".join(missing): time.perf_counter() - t0}
+        _write_results(unit, result)
+        return result
+
+    def evaluate(self, model: str | Path, seed: int, folder: Path, stage: str,
+                 splits: Sequence[str] | None = None) -> dict[str, Any]:
+        """Evaluation of a policy folder on every split (or ``splits``; greedy, or ``eval_samples`` sampled
+        episodes per task): summary and per-episode outcomes per split."""
         from seed_train.evaluate import episode_outcomes, evaluate_policy, write_report
         from seed_train.trainer import env_spec, eval_decoding, load
         from wrappers import read_trajectories
@@ -539,7 +582,7 @@ class Experiment:
         cfg = self.eval_config(model, seed)
         policy = load(cfg)
         out = {}
-        for split in self.splits:
+        for split in self.splits if splits is None else splits:
             name = f"eval_{stage}_{split}"
             path = folder / f"{name}.trajectories.jsonl"
             summary = evaluate_policy(policy.backend, policy.codec, env_spec(cfg, split),
@@ -578,6 +621,12 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     from seed_train.checkpoint import latest_checkpoint as latest
 
     return latest(run_dir)
+
+
+def _write_results(unit: Unit, result: dict[str, Any]) -> None:
+    tmp = unit.results_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    tmp.replace(unit.results_path)  # atomically: a results.json is always a whole one
 
 
 def _durations(done: Sequence[Unit]) -> dict[str, list[tuple[float, float]]]:

@@ -40,13 +40,15 @@ def check_run_setup(cfg: SeedConfig) -> None:
         if split is None or split in checked:
             continue
         checked.add(split)
-        spec = env_spec(cfg, split)
+        spec = env_spec(cfg, split)  # (a panel name resolved to its split and arguments)
         names = {**TRAIN_NAMES, "split": f"config field '{field_name}'"}
+        if split in cfg.panels:
+            names = {**names, "split": f"config field 'panels' ({split})", "env_kwargs": f"config field 'panels' ({split})"}
         if spec.remote_urls:  # each server must serve the run's env, split and arguments
             names = {**names, "split": "config field 'env_urls'", "env_kwargs": "config field 'env_urls'"}
         for index in range(max(1, len(spec.remote_urls))):
             env_id, kwargs = spec.gym_args(index)
-            kwargs["split"] = split  # as rollout.EnvSpec.make builds the run's envs
+            kwargs["split"] = spec.split  # as rollout.EnvSpec.make builds the run's envs
             if spec.max_steps is not None:
                 kwargs["max_steps"] = spec.max_steps
             obs_mode = check_env(env_id, kwargs, names)

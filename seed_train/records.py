@@ -322,8 +322,9 @@ def _field_value(config: dict[str, Any], name: str) -> Any:
 def add_units(experiment: Any, record: Record | None) -> tuple[Record, dict[str, int]]:
     """``record`` (a new one when None) with the experiment's finished units it lacks. Raises ValueError when
     the experiment's base config differs from the record's (operational fields aside) or when a unit both
-    hold has other evaluation outcomes. Returns the record and counts (added, identical, unfinished)."""
-    from seed_train.experiment import OPERATIONAL_FIELDS
+    hold has other evaluation outcomes. Returns the record and counts (added, identical, panels_added: recorded units given the evaluation of a
+    panel added since, unfinished)."""
+    from seed_train.experiment import OPERATIONAL_FIELDS, panels_only_added
 
     header = header_of(experiment)
     if record is None:
@@ -331,12 +332,15 @@ def add_units(experiment: Any, record: Record | None) -> tuple[Record, dict[str,
     else:
         before, now = record.header["config"], header["config"]
         changed = sorted(k for k in set(before) | set(now) if k not in OPERATIONAL_FIELDS
-                         and _field_value(before, k) != _field_value(now, k))
+                         and _field_value(before, k) != _field_value(now, k)
+                         and not (k == "panels" and panels_only_added(_field_value(before, k), now[k])))
         if changed or record.header["env_id"] != header["env_id"]:
             raise ValueError(f"the experiment's base config differs from the record's in {changed or ['env_id']}: "
                              "a record holds one experiment")
+        if now.get("panels"):  # (panels only added: the record's config gains them)
+            before["panels"] = now["panels"]
         record.header["splits"] = list(dict.fromkeys([*record.header["splits"], *header["splits"]]))
-    counts = {"added": 0, "identical": 0, "unfinished": 0}
+    counts = {"added": 0, "identical": 0, "unfinished": 0, "panels_added": 0}
     for unit in experiment.units():
         if not unit.done():
             counts["unfinished"] += 1
@@ -350,15 +354,21 @@ def add_units(experiment: Any, record: Record | None) -> tuple[Record, dict[str,
             if differ:
                 raise ValueError(f"{unit.label}: the recorded evaluation on {differ} has other outcomes than this "
                                  "folder's: the unit was not reproduced (another config, machine or version?)")
-            counts["identical"] += 1
+            added = {s: rows for s, rows in entry["evals"].items() if s not in old}
+            if added:  # a panel the folder evaluated after the unit was recorded
+                old.update(added)
+                counts["panels_added"] += 1
+            else:
+                counts["identical"] += 1
             continue
         record.units[key] = entry
         counts["added"] += 1
-    if counts["added"]:
+    if counts["added"] or counts["panels_added"]:
         manifest = read_json_file(experiment.out / "experiment.json")
         record.sessions.append({"date": datetime.date.today().isoformat(),
                                 "commands": [portable_command(c, experiment.out) for c in manifest.get("commands", [])],
-                                "versions": versions(), "units_added": counts["added"]})
+                                "versions": versions(), "units_added": counts["added"],
+                                **({"panels_added": counts["panels_added"]} if counts["panels_added"] else {})})
     return record, counts
 
 

@@ -81,11 +81,13 @@ SCORE_BATCH = 16  # micro-batch of the no-grad scoring passes
 
 
 def env_spec(cfg: SeedConfig, split: str) -> EnvSpec:
-    """How the run builds its envs; ``cfg.reward_mode`` (SEED: 10/0 success reward) unless env_kwargs sets one."""
+    """How the run builds its envs for a split or a named panel (``cfg.panels``); ``cfg.reward_mode`` (SEED:
+    10/0 success reward) unless env_kwargs sets one."""
+    split, env_kwargs = cfg.panel(split)
     return EnvSpec(env_id=cfg.env_id, split=split, template=cfg.env_default("template"),
                    history=cfg.env_default("history"), action_format=cfg.env_default("action_format"),
                    format_penalty=cfg.format_penalty, max_steps=cfg.env_default("max_steps"),
-                   env_kwargs={"reward_mode": cfg.reward_mode, **cfg.env_kwargs},
+                   env_kwargs={"reward_mode": cfg.reward_mode, **env_kwargs},
                    step_timeout_s=cfg.env_step_timeout_s, episode_timeout_s=cfg.env_episode_timeout_s,
                    remote_urls=tuple(cfg.env_urls))
 

@@ -439,3 +439,75 @@ def test_a_damaged_experiment_file_is_one_line_naming_the_file(tmp_path, capsys)
     assert main_train(["record", str(folder), str(tmp_path / "record.jsonl")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(folder / "experiment.json") in err[0] and "damaged" in err[0]
+
+
+def test_a_panel_added_to_a_finished_folder_is_evaluated_from_each_units_saved_policy(tmp_path, tiny_path,
+                                                                                      monkeypatch, capsys):
+    """``--panels`` + ``--splits``: a finished experiment gains a named panel (split + gym.make arguments, as
+    ALFWorld's real unseen games beside the generated ones): a rerun evaluates each finished unit's saved
+    policy on it and trains nothing; the units' other evaluations and times stay; the record takes the panel
+    into its recorded units; a panel redefined under the same name is refused."""
+    from seed_train.cli import main_train
+    from seed_train.evaluate import episode_outcomes
+    from seed_train.records import read_record
+
+    calls = {"train": 0}
+    real_train = trainer.train
+    monkeypatch.setattr(trainer, "train", lambda *a, **k: calls.update(train=calls["train"] + 1) or real_train(*a, **k))
+    exp, committed = tmp_path / "exp", tmp_path / "records" / "exp.jsonl"
+    argv = ["experiment", "--env-id", "test/Echo-v0", "--model", tiny_path, "--no-lora", "--template", "compact",
+            "--history", "0", "--action-format", "plain", "--max-new-tokens", "4", "--skill-max-new-tokens", "8",
+            "--analyzer-retries", "0", "--stage1-demos", "4", "--stage1-epochs", "1", "--iterations", "1",
+            "--tasks-per-iteration", "2", "--group-size", "2", "--kl-coef", "0", "--eval-limit", "4",
+            "--arms", "sft-grpo", "--seeds", "0", "--output-dir", str(exp)]
+    assert main_train(argv) == 0 and calls["train"] == 2  # Stage 1 and the arm
+    assert main_train(["record", str(exp), str(committed)]) == 0
+    units = {"before": exp / "seed0" / "before", "stage1": exp / "seed0" / "stage1", "arm": exp / "seed0" / "sft-grpo"}
+    first = {k: json.loads((u / "results.json").read_text()) for k, u in units.items()}
+    capsys.readouterr()
+    # The panel: Echo's unseen split built with 8 tasks (ids 2000-2007) instead of 32.
+    panel = ["--panels", json.dumps({"small-unseen": {"split": "unseen", "n_tasks": 8}}),
+             "--splits", "unseen", "test", "small-unseen"]
+    assert main_train([*argv, *panel]) == 0
+    out = capsys.readouterr().out
+    assert calls["train"] == 2  # nothing trained again
+    for label in ("seed 0 before training", "seed 0 Stage 1", "seed 0 arm sft-grpo"):
+        assert f"{label}: finished earlier; evaluating on the added panel(s) small-unseen" in out
+    assert out.count("evaluating after Stage 2: test/Echo-v0 unseen, 4 episodes") == 1  # the panel's split
+    for kind, folder in units.items():
+        now = json.loads((folder / "results.json").read_text())
+        assert sorted(now["evals"]) == ["small-unseen", "test", "unseen"]
+        assert {s: now["evals"][s] for s in ("test", "unseen")} == first[kind]["evals"]  # kept as they were
+        assert now["seconds"] == first[kind]["seconds"] and list(now["added_eval_seconds"]) == ["small-unseen"]
+        assert sorted(now["evals"]["small-unseen"]["tasks"]) != sorted(first[kind]["evals"]["unseen"]["tasks"])
+        assert all(2000 <= int(t.rsplit("/", 1)[1]) < 2008 for t in now["evals"]["small-unseen"]["tasks"])
+    # Independently: seed-eval on the Stage 1 unit's own run config and saved policy, on Echo's unseen split
+    # with n_tasks 8, plays every episode as the added evaluation did.
+    from seed_train.cli import main_eval
+
+    assert main_eval(["--config", str(units["stage1"] / "run" / "config.json"), "--split", "unseen",
+                      "--env-kwargs", '{"n_tasks": 8}', "--out", str(tmp_path / "ev")]) == 0
+    mine = episode_outcomes(list(read_trajectories(tmp_path / "ev" / "seed0.trajectories.jsonl")))
+    added = json.loads((units["stage1"] / "results.json").read_text())["evals"]["small-unseen"]["tasks"]
+    assert mine == added
+    assert "## small-unseen" in (exp / "report.md").read_text()
+    # The record: no unit added, each recorded unit given the panel's episodes; the header names the panel.
+    capsys.readouterr()
+    assert main_train(["record", str(exp), str(committed)]) == 0
+    assert "0 unit(s) added, 0 already recorded (same outcomes), 3 given an added panel's evaluation" in \
+        capsys.readouterr().out
+    record = read_record(committed)
+    assert "small-unseen" in record.header["splits"] and record.header["config"]["panels"] == {
+        "small-unseen": {"split": "unseen", "n_tasks": 8}}
+    assert all(len(u["evals"]["small-unseen"]) == 4 for u in record.units.values())
+    # A rerun has nothing left to do; the same name for another panel is refused, naming the field.
+    assert main_train([*argv, *panel]) == 0 and calls["train"] == 2
+    assert capsys.readouterr().out.count("finished earlier, skipped") == 3
+    other = ["--panels", json.dumps({"small-unseen": {"split": "unseen", "n_tasks": 6}}), *panel[2:]]
+    assert main_train([*argv, *other]) == 2 and "'panels'" in capsys.readouterr().err
+    # A panel without a split, or with an argument the env refuses, fails at start naming the field.
+    assert main_train([*argv[:-2], "--output-dir", str(tmp_path / "x"), "--panels", '{"p": {"n_tasks": 8}}']) == 2
+    assert "config field 'panels'" in capsys.readouterr().err
+    bad = ["--panels", json.dumps({"p": {"split": "unseen", "colour": 1}}), "--splits", "p"]
+    assert main_train([*argv[:-2], "--output-dir", str(tmp_path / "y"), *bad]) == 2
+    assert "config field 'panels' (p)" in capsys.readouterr().err

@@ -50,7 +50,10 @@ class TimedUnits(Experiment):
             (unit.run_dir / "results.json").write_text("{}")
             time.sleep(3 * self.unit_s)  # its evaluation
         log["end"] = time.time()
-        unit.results_path.write_text(json.dumps({"seconds": log["end"] - log["start"], "log": log}))
+        tmp = unit.results_path.with_suffix(".tmp")  # whole, as the experiment's own: the other worker reads it
+        tmp.write_text(json.dumps({"seconds": log["end"] - log["start"], "log": log,
+                                   "evals": {split: {} for split in self.splits}}))
+        tmp.replace(unit.results_path)
 
     def report(self):
         return {"units": sorted(u.label for u in self.units() if u.done())}
