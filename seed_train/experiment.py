@@ -469,9 +469,10 @@ class Experiment:
         time they have run (their lock's age), and the rest go, in :meth:`claim_order`, to whichever worker
         is free first, an arm from Stage 1 not before its seed's Stage 1 has trained (the mean share of a
         Stage 1 unit's time spent training): :func:`schedule_end` on these estimates (None until a unit of
-        each kind left has finished). An evaluation of a panel added to a finished unit is not counted."""
+        each kind left has finished). A finished unit that lacks an added panel counts as the evaluation of it
+        (:func:`panel_work`), at the time such evaluations took (of the unit's kind, else of any)."""
         now = time.time()
-        pending = [u for u in self.claim_order() if not u.done()]
+        pending = [u if not u.done() else panel_work(u) for u in self.claim_order() if self.pending(u)]
         running = {u: now - u.lock_path.stat().st_mtime for u in pending if _held_elsewhere(u)}
         trained = {u.seed for u in pending if u.kind == "stage1" and (u.run_dir / "results.json").is_file()}
         return schedule_end([u for u in pending if u not in running], running, durations, jobs, trained,
@@ -623,6 +624,12 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return latest(run_dir)
 
 
+def panel_work(unit: Unit) -> Unit:
+    """A finished unit's evaluation on an added panel, as the ETA schedules it: kind ``panels``, timed by
+    :func:`_durations` under ``"<kind> panels"`` (else ``panels``), ready at once."""
+    return Unit("panels", unit.seed, unit.folder, f"{unit.kind} panels")
+
+
 def _write_results(unit: Unit, result: dict[str, Any]) -> None:
     tmp = unit.results_path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result, indent=1))
@@ -631,7 +638,8 @@ def _write_results(unit: Unit, result: dict[str, Any]) -> None:
 
 def _durations(done: Sequence[Unit]) -> dict[str, list[tuple[float, float]]]:
     """(seconds, seconds training) of finished units per arm and per kind, as their results.json recorded
-    them (any process's; a unit from before ``train_seconds`` was recorded counts as training throughout)."""
+    them (any process's; a unit from before ``train_seconds`` was recorded counts as training throughout),
+    and the evaluations of added panels per unit kind and in all (``"<kind> panels"``, ``"panels"``)."""
     out: dict[str, list[tuple[float, float]]] = {}
     for unit in done:
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
@@ -640,6 +648,9 @@ def _durations(done: Sequence[Unit]) -> dict[str, list[tuple[float, float]]]:
             pair = (seconds, float(result.get("train_seconds", seconds)))
             for key in dict.fromkeys((unit.arm or unit.kind, unit.kind)):
                 out.setdefault(key, []).append(pair)
+            for added in result.get("added_eval_seconds", {}).values():  # (panel_work)
+                for key in (f"{unit.kind} panels", "panels"):
+                    out.setdefault(key, []).append((float(added), 0.0))
     return out
 
 

@@ -449,6 +449,7 @@ def test_a_panel_added_to_a_finished_folder_is_evaluated_from_each_units_saved_p
     into its recorded units; a panel redefined under the same name is refused."""
     from seed_train.cli import main_train
     from seed_train.evaluate import episode_outcomes
+    from seed_train.progress import clock
     from seed_train.records import read_record
 
     calls = {"train": 0}
@@ -473,6 +474,13 @@ def test_a_panel_added_to_a_finished_folder_is_evaluated_from_each_units_saved_p
     assert calls["train"] == 2  # nothing trained again
     for label in ("seed 0 before training", "seed 0 Stage 1", "seed 0 arm sft-grpo"):
         assert f"{label}: finished earlier; evaluating on the added panel(s) small-unseen" in out
+    # The ETA schedules the panel's evaluations left, each at the time the added ones took (after the base
+    # model's: its time for each of Stage 1's and the arm's), then nothing is left.
+    done = [line for line in out.splitlines() if ": done in " in line]
+    assert len(done) == 3 and done[-1].endswith(", ETA 0s")
+    added = json.loads((units["before"] / "results.json").read_text())["added_eval_seconds"]["small-unseen"]
+    eta = done[0].rsplit("ETA ", 1)[1]
+    assert eta == clock(2 * added), (eta, added)
     assert out.count("evaluating after Stage 2: test/Echo-v0 unseen, 4 episodes") == 1  # the panel's split
     for kind, folder in units.items():
         now = json.loads((folder / "results.json").read_text())

@@ -37,6 +37,14 @@ class TimedUnits(Experiment):
     fail: tuple[str, ...] = ()
 
     def run_unit(self, unit: Unit, say=print):
+        if unit.done():  # an added panel: evaluated from the unit's saved policy (here: a sleep)
+            result = json.loads(unit.results_path.read_text())
+            time.sleep(self.unit_s)
+            result["evals"].update({split: {} for split in self.missing_splits(unit)})
+            result["panel_worker"] = threading.current_thread().name
+            unit.results_path.with_suffix(".tmp").write_text(json.dumps(result))
+            unit.results_path.with_suffix(".tmp").replace(unit.results_path)
+            return
         say(f"start {time.time():.3f}")
         if unit.label in self.fail:
             raise RuntimeError(f"{unit.label} breaks")
@@ -103,6 +111,30 @@ def test_workers_take_each_unit_once_and_a_seeds_arms_start_when_its_stage1_has_
                                                                "seed 1 Stage 1"]
 
 
+def test_workers_evaluate_a_panel_added_to_finished_units_once_each(tmp_path, tiny_path):
+    import dataclasses
+
+    experiment = TimedUnits.plan(_base(tiny_path), ARMS, [0], tmp_path / "exp", splits=("unseen",))
+    experiment.unit_s = 0.05
+    assert experiment.run_worker(say=lambda line: None, poll_s=0.02) == 4
+    wider = dataclasses.replace(experiment, splits=("unseen", "test"))
+    assert all(wider.missing_splits(u) == ("test",) for u in wider.units())
+    lines: list[str] = []
+    ran: dict[str, int] = {}
+    workers = [threading.Thread(target=lambda n=n: ran.update({n: wider.run_worker(
+        say=lambda line: lines.append(f"{n} {line}"), poll_s=0.02, jobs=2)}), name=n) for n in ("w1", "w2")]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+    results = [json.loads(u.results_path.read_text()) for u in wider.units()]
+    assert sum(ran.values()) == 4 and ran["w1"] >= 1 and ran["w2"] >= 1  # each unit once, shared
+    assert all(sorted(r["evals"]) == ["test", "unseen"] for r in results)
+    assert sorted(r["panel_worker"] for r in results) == sorted(["w1"] * ran["w1"] + ["w2"] * ran["w2"])
+    assert sum("evaluating on the added panel(s) test" in line for line in lines) == 4
+    assert not any(wider.pending(u) for u in wider.units())
+
+
 def test_the_eta_schedules_the_units_left_on_the_workers_as_they_take_them(tmp_path):
     """search QA seed 6 with --jobs 2 (docs/results.md): Stage 1 trained in 830 s and evaluated to 1,085 s,
     the base model 178 s, the arms 1,128 / 1,715 / 1,570 s in --arms order. By hand: w1 Stage 1 0-1,085;
@@ -145,7 +177,7 @@ def test_the_eta_counts_a_unit_another_live_process_holds(tmp_path, tiny_path):
     times = [(1085.0, 830.0)]
     for u in (before, arm):
         u.folder.mkdir(parents=True)
-    before.results_path.write_text(json.dumps({"seconds": 178.0}))
+    before.results_path.write_text(json.dumps({"seconds": 178.0, "evals": {s: {} for s in experiment.splits}}))
     arm_times = {"stage1": times, "sft-grpo": [(1128.0, 1128.0)]}
     # This worker waits 230 s for Stage 1's weights, then runs the arm: 1,358 s.
     assert experiment.eta_seconds(arm_times, jobs=2) == pytest.approx(1358.0, abs=5)
