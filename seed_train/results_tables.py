@@ -285,7 +285,7 @@ def env_block(experiments: list[dict[str, Any]] | None = None) -> str:
             continue
         for e in by_env[env]:
             splits, seeds = record_success(e["report"])
-            for split in ("test", "unseen"):
+            for split in ("test", "unseen", *(s for s in splits if s not in ("test", "unseen"))):  # then panels
                 policies = splits.get(split)
                 if not policies:
                     continue

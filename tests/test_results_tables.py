@@ -112,6 +112,13 @@ def test_the_per_env_table_lists_every_paper_env_with_its_record_or_none():
         "after_stage1": policy(0.1, 0.1), "seed-static": policy(0.3, 0.1), "seed-static-wrong": policy(0.0, 0.0),
         "sft-grpo": {"per_seed": [{"seed": 1, "success": 0.5}]}})  # seed 0's unit still to run
     shop = experiment("shop", "seed/WebShop-v0", {"before": policy(0.0, 0.0), "after_stage1": policy(0.1, 0.2)})
+    # A named panel (ALFWorld's real games) comes after test and unseen, under its own name.
+    house = experiment("house", "seed/ALFWorld-v0", {"before": policy(0.0, 0.0), "after_stage1": policy(0.0, 0.1)})
+    house["report"]["splits"] = {"real-unseen": house["report"]["splits"]["test"],
+                                 "unseen": {"policies": {"after_stage1": policy(0.2, 0.2)}}}
+    assert results_tables.env_block([house]).splitlines()[6:8] == [
+        "| seed/ALFWorld-v0 | [house](docs/results.md) | 2 | unseen | - | 0.200 | - | - | - |",
+        "| seed/ALFWorld-v0 | [house](docs/results.md) | 2 | real-unseen | 0.000 | 0.050 | - | - | - |"]
     rows = results_tables.env_block([lock, sokoban, shop]).splitlines()[2:]
     assert rows[0].startswith("| seed/EZPoints-v0 | none yet (`ezpoints-cpu`) | 0 |")
     # means over the two seeds; the wrong-rule control wins over the empty skill
