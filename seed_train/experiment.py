@@ -83,12 +83,14 @@ OPERATIONAL_FIELDS = ("threads", "micro_batch_size", "checkpoint_every", "env_ba
                       "env_step_timeout_s", "env_episode_timeout_s")
 
 
-def panels_only_added(before: Any, now: Any) -> bool:
-    """Whether config field ``panels`` went from ``before`` to ``now`` by adding panels only: a folder (or
-    record) may gain a panel, whose evaluations a rerun adds to the finished units; a panel that changed
-    would mix two panels under one name."""
+def panels_only_added(before: Any, now: Any, evaluated: Sequence[str] = ()) -> bool:
+    """Whether config field ``panels`` went from ``before`` to ``now`` by adding panels only, none under a name
+    the folder (or record) has ``evaluated`` already (a panel named ``unseen`` would change what the finished
+    units' ``unseen`` evaluations mean): a folder may gain a panel, whose evaluations a rerun adds to the
+    finished units; a panel that changed would mix two panels under one name."""
     before, now = before or {}, now or {}
-    return all(name in now and now[name] == panel for name, panel in before.items())
+    return (all(name in now and now[name] == panel for name, panel in before.items())
+            and not any(name in evaluated for name in now if name not in before))
 
 
 # Metrics drawn per arm over iterations when a run logs them (others' diagnostics included as they appear).
@@ -289,9 +291,10 @@ class Experiment:
         before = {**{f.name: field_default(f.name) for f in dataclasses.fields(SeedConfig)
                      if f.name not in MANAGED_FIELDS}, **read_json_file(path)["config"]}
         now = self.common_config()
+        evaluated = read_json_file(path).get("splits", [])
         changed = sorted(k for k in set(before) | set(now)
                          if k not in OPERATIONAL_FIELDS and before.get(k) != now.get(k)
-                         and not (k == "panels" and panels_only_added(before.get(k), now.get(k))))
+                         and not (k == "panels" and panels_only_added(before.get(k), now.get(k), evaluated)))
         if changed:
             raise ValueError(f"{self.out} was started with other values of {changed}; finished units would mix "
                              "configs: use those values or a new --output-dir")

@@ -333,7 +333,8 @@ def add_units(experiment: Any, record: Record | None) -> tuple[Record, dict[str,
         before, now = record.header["config"], header["config"]
         changed = sorted(k for k in set(before) | set(now) if k not in OPERATIONAL_FIELDS
                          and _field_value(before, k) != _field_value(now, k)
-                         and not (k == "panels" and panels_only_added(_field_value(before, k), now[k])))
+                         and not (k == "panels" and panels_only_added(_field_value(before, k), now[k],
+                                                                      record.header["splits"])))
         if changed or record.header["env_id"] != header["env_id"]:
             raise ValueError(f"the experiment's base config differs from the record's in {changed or ['env_id']}: "
                              "a record holds one experiment")

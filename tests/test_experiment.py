@@ -513,6 +513,14 @@ def test_a_panel_added_to_a_finished_folder_is_evaluated_from_each_units_saved_p
     assert capsys.readouterr().out.count("finished earlier, skipped") == 3
     other = ["--panels", json.dumps({"small-unseen": {"split": "unseen", "n_tasks": 6}}), *panel[2:]]
     assert main_train([*argv, *other]) == 2 and "'panels'" in capsys.readouterr().err
+    # So is a new panel under the name of a split the folder has evaluated (its units' "test" would mix two).
+    renamed = ["--panels", json.dumps({"small-unseen": {"split": "unseen", "n_tasks": 8},
+                                       "test": {"split": "test", "n_tasks": 8}}), *panel[2:]]
+    assert main_train([*argv, *renamed]) == 2 and "'panels'" in capsys.readouterr().err
+    from seed_train.experiment import panels_only_added
+
+    assert panels_only_added({}, {"p": {"split": "unseen"}}, ["unseen", "test"])
+    assert not panels_only_added({}, {"unseen": {"split": "unseen"}}, ["unseen", "test"])
     # A panel without a split, or with an argument the env refuses, fails at start naming the field.
     assert main_train([*argv[:-2], "--output-dir", str(tmp_path / "x"), "--panels", '{"p": {"n_tasks": 8}}']) == 2
     assert "config field 'panels'" in capsys.readouterr().err
