@@ -83,6 +83,18 @@ OPERATIONAL_FIELDS = ("threads", "micro_batch_size", "checkpoint_every", "env_ba
                       "env_step_timeout_s", "env_episode_timeout_s")
 
 
+def mixing_changes(before: dict[str, Any], now: dict[str, Any], evaluated: Sequence[str]) -> list[str]:
+    """The config fields whose change from ``before`` (a folder's or a record's base config; a field it
+    predates reads as its default: what the older version did) to ``now`` would make finished units and new ones
+    mix configs: every field but the operational ones, and ``panels`` unless only added
+    (:func:`panels_only_added`; ``evaluated``: the splits the folder or record has evaluated)."""
+    before = {**{f.name: field_default(f.name) for f in dataclasses.fields(SeedConfig)
+                 if f.name not in MANAGED_FIELDS}, **before}
+    return sorted(k for k in set(before) | set(now)
+                  if k not in OPERATIONAL_FIELDS and before.get(k) != now.get(k)
+                  and not (k == "panels" and panels_only_added(before.get(k), now.get(k), evaluated)))
+
+
 def panels_only_added(before: Any, now: Any, evaluated: Sequence[str] = ()) -> bool:
     """Whether config field ``panels`` went from ``before`` to ``now`` by adding panels only, none under a name
     the folder (or record) has ``evaluated`` already (a panel named ``unseen`` would change what the finished
@@ -286,15 +298,10 @@ class Experiment:
         path = self.out / "experiment.json"
         if not path.is_file():
             return
-        # A field this version added after the folder was started is read as its default: the value that
-        # reproduces what the older version did, so upgrading mid-experiment does not orphan the folder.
-        before = {**{f.name: field_default(f.name) for f in dataclasses.fields(SeedConfig)
-                     if f.name not in MANAGED_FIELDS}, **read_json_file(path)["config"]}
-        now = self.common_config()
-        evaluated = read_json_file(path).get("splits", [])
-        changed = sorted(k for k in set(before) | set(now)
-                         if k not in OPERATIONAL_FIELDS and before.get(k) != now.get(k)
-                         and not (k == "panels" and panels_only_added(before.get(k), now.get(k), evaluated)))
+        # (A field this version added after the folder was started reads as its default, so upgrading
+        # mid-experiment does not orphan the folder.)
+        manifest = read_json_file(path)
+        changed = mixing_changes(manifest["config"], self.common_config(), manifest.get("splits", []))
         if changed:
             raise ValueError(f"{self.out} was started with other values of {changed}; finished units would mix "
                              "configs: use those values or a new --output-dir")

@@ -31,8 +31,6 @@ Every experiment also writes its own folder's record (``record.jsonl``) with eac
 """
 from __future__ import annotations
 
-import dataclasses
-
 import datetime
 import json
 import os
@@ -309,32 +307,19 @@ def experiment_from_folder(folder: str | Path) -> Any:
     return Experiment(base, tuple(manifest["arms"]), tuple(manifest["seeds"]), folder, tuple(manifest["splits"]))
 
 
-def _field_value(config: dict[str, Any], name: str) -> Any:
-    """A config's value of field ``name``; a field the config predates has its default (a record written
-    before a field existed ran with what the field's default now does)."""
-    from seed_train.config import SeedConfig, field_default
-
-    if name in config or name not in {f.name for f in dataclasses.fields(SeedConfig)}:
-        return config.get(name)
-    return field_default(name)
-
-
 def add_units(experiment: Any, record: Record | None) -> tuple[Record, dict[str, int]]:
     """``record`` (a new one when None) with the experiment's finished units it lacks. Raises ValueError when
     the experiment's base config differs from the record's (operational fields aside) or when a unit both
-    hold has other evaluation outcomes. Returns the record and counts (added, identical, panels_added: recorded units given the evaluation of a
-    panel added since, unfinished)."""
-    from seed_train.experiment import OPERATIONAL_FIELDS, panels_only_added
+    hold has other evaluation outcomes. Returns the record and counts (added, identical, panels_added:
+    recorded units given the evaluation of a panel added since, unfinished)."""
+    from seed_train.experiment import mixing_changes
 
     header = header_of(experiment)
     if record is None:
         record = Record(header)
     else:
         before, now = record.header["config"], header["config"]
-        changed = sorted(k for k in set(before) | set(now) if k not in OPERATIONAL_FIELDS
-                         and _field_value(before, k) != _field_value(now, k)
-                         and not (k == "panels" and panels_only_added(_field_value(before, k), now[k],
-                                                                      record.header["splits"])))
+        changed = mixing_changes(before, now, record.header["splits"])
         if changed or record.header["env_id"] != header["env_id"]:
             raise ValueError(f"the experiment's base config differs from the record's in {changed or ['env_id']}: "
                              "a record holds one experiment")
