@@ -341,7 +341,8 @@ def main_eval(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=None, help="local HF model folder (or smollm2-135m); with --endpoint, "
                                                  "the model name the server knows")
     p.add_argument("--env", default=None, help="registered env id")
-    p.add_argument("--split", default=None, help=f"split (default: {field_default('eval_split')})")
+    p.add_argument("--split", default=None, help=f"split, or a panel named in --config's panels (default: "
+                                                f"{field_default('eval_split')})")
     p.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="sampling seeds (default 0; with --config the run's seed); several imply --sample (greedy "
                         "decoding would give every seed the same result) and aggregate to mean ± sd. Spread over "
@@ -404,7 +405,7 @@ def main_eval(argv: list[str] | None = None) -> int:
         for seed in args.seeds:
             threads.refresh()
             summary = evaluate_policy(policy.backend, policy.codec, spec, max_new_tokens=cfg.max_new_tokens,
-                                      limit=cfg.eval_limit, seed=seed, env_backend=cfg.env_backend,
+                                      limit=eval_limit(args, cfg), seed=seed, env_backend=cfg.env_backend,
                                       trajectories_path=Path(args.out) / f"seed{seed}.trajectories.jsonl",
                                       progress=f"seed {seed}", **eval_decoding(cfg, policy))
             write_report(summary, args.out, f"eval_seed{seed}")
@@ -440,7 +441,7 @@ def eval_endpoint(args: argparse.Namespace, cfg: SeedConfig) -> int:
         return fail("seed-eval", e)
     summaries = []
     for seed, agent in zip(args.seeds, agents):
-        summary = evaluate_endpoint(agent, spec, limit=cfg.eval_limit, concurrency=args.concurrency,
+        summary = evaluate_endpoint(agent, spec, limit=eval_limit(args, cfg), concurrency=args.concurrency,
                                     trajectories_path=Path(args.out) / f"seed{seed}.trajectories.jsonl",
                                     progress=f"seed {seed}")
         write_report(summary, args.out, f"eval_seed{seed}")
@@ -459,6 +460,12 @@ def eval_endpoint(args: argparse.Namespace, cfg: SeedConfig) -> int:
 _EVAL_FLAGS = {"env": "env_id", "split": "eval_split", "limit": "eval_limit", "max_new_tokens": "max_new_tokens",
                "action_format": "action_format", "history": "history", "env_kwargs": "env_kwargs",
                "device": "device", "threads": "threads"}
+
+
+def eval_limit(args: argparse.Namespace, cfg: SeedConfig) -> int | None:
+    """The tasks seed-eval plays: ``--limit`` where given, else the panel's own limit or the run's
+    ``eval_limit`` (:meth:`SeedConfig.panel_limit`)."""
+    return args.limit if args.limit is not None else cfg.panel_limit(cfg.eval_split)
 
 
 def eval_config(args: argparse.Namespace) -> SeedConfig:
@@ -499,9 +506,12 @@ def checked_eval_spec(cfg: SeedConfig, split: str, model: str | None = None):
     from seed_train.preflight import check_env, check_model_sees
     from seed_train.trainer import env_spec
 
-    spec = env_spec(cfg, split)
-    env_kwargs = dict(spec.env_kwargs, split=split, **({} if spec.max_steps is None else {"max_steps": spec.max_steps}))
-    obs_mode = check_env(spec.env_id, env_kwargs, {"env_id": "--env", "split": "--split", "env_kwargs": "--env-kwargs"})
+    spec = env_spec(cfg, split)  # (a name in the config's panels resolved to its split and arguments)
+    env_kwargs = dict(spec.env_kwargs, split=spec.split,
+                      **({} if spec.max_steps is None else {"max_steps": spec.max_steps}))
+    where = f"config field 'panels' ({split})" if split in cfg.panels else None
+    obs_mode = check_env(spec.env_id, env_kwargs, {"env_id": "--env", "split": where or "--split",
+                                                   "env_kwargs": where or "--env-kwargs"})
     if model is not None:
         check_model_sees(model, spec.env_id, obs_mode, "--env-kwargs")
     return spec

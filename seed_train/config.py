@@ -71,6 +71,8 @@ ADVANTAGES = ("grpo", "grpo_mean", "gigpo")
 FAILED_GROUP = ("drop", "keep")
 ENV_BACKENDS = ("sync", "async", "ray")
 GENERATION_BACKENDS = ("hf", "vllm")
+#: The key of a ``panels`` entry that is the evaluation's task limit, not a gym.make argument.
+PANEL_LIMIT = "eval_limit"
 
 def _read_yaml(path: str | Path) -> dict[str, Any]:
     """The mapping in a YAML config file, or in the recipe of that name (``--config ezpoints-cpu``, a file of
@@ -197,8 +199,9 @@ class SeedConfig:
     eval_split: str = _f("unseen", "split evaluated before and after training")
     panels: dict = _f({}, "named evaluation panels, usable wherever a split is named (eval_split, experiment "
                           "--splits): NAME -> {split: SPLIT, other gym.make arguments}, the arguments added to "
-                          "env_kwargs for that panel only; e.g. ALFWorld's real unseen games beside the "
-                          "generated ones: {real-unseen: {split: valid_unseen, data_dir: PATH}} (JSON on the CLI)")
+                          "env_kwargs for that panel only, and optionally eval_limit: N, the panel's own task "
+                          "limit instead of eval_limit (0: all its tasks); e.g. ALFWorld's real unseen games beside the generated "
+                          "ones: {real-unseen: {split: valid_unseen, data_dir: PATH}} (JSON on the CLI)")
     max_steps: int | None = _f(None, "episode length; default: the env's agent budget (Sokoban 15, EZPoints 8, ...)")
     history: int | None = _f(None, "past (observation, action) pairs in the prompt; default: the env's own")
     template: str | None = _f(None, "generic prompt template (default, compact); default: the env's own wording")
@@ -364,6 +367,11 @@ class SeedConfig:
             isinstance(name, str) and name and isinstance(panel, dict) and isinstance(panel.get("split"), str)
             and panel["split"] for name, panel in self.panels.items()), "panels",
             "must map each panel name to a mapping with a 'split' (and any other gym.make arguments)")
+        for name, panel in self.panels.items():
+            limit = panel.get(PANEL_LIMIT, 0)
+            need((isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0),
+                 "panels", f"({name}): {PANEL_LIMIT} must be a non-negative int (the panel's own task limit; "
+                           f"0: all its tasks), got {limit!r}")
         for name in ("max_steps", "history"):
             value = getattr(self, name)
             need(value is None or (isinstance(value, int) and value >= (1 if name == "max_steps" else 0)), name,
@@ -444,7 +452,14 @@ class SeedConfig:
         if name not in self.panels:
             return name, dict(self.env_kwargs)
         own = dict(self.panels[name])
+        own.pop(PANEL_LIMIT, None)  # the evaluation's, not the env's
         return own.pop("split"), {**self.env_kwargs, **own}
+
+    def panel_limit(self, name: str) -> int | None:
+        """How many tasks an evaluation on split or panel ``name`` plays: the panel's own ``eval_limit``
+        where it gives one (e.g. all 38 real ALFWorld games beside 12 generated ones a split), else
+        ``eval_limit``."""
+        return self.panels.get(name, {}).get(PANEL_LIMIT, self.eval_limit)
 
     def env_default(self, name: str) -> Any:
         """``max_steps`` / ``history`` / ``action_format`` / ``template``: the config's value, else the env's own

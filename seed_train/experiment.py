@@ -597,7 +597,7 @@ class Experiment:
             name = f"eval_{stage}_{split}"
             path = folder / f"{name}.trajectories.jsonl"
             summary = evaluate_policy(policy.backend, policy.codec, env_spec(cfg, split),
-                                      max_new_tokens=cfg.max_new_tokens, limit=cfg.eval_limit, seed=seed,
+                                      max_new_tokens=cfg.max_new_tokens, limit=cfg.panel_limit(split), seed=seed,
                                       trajectories_path=path, env_backend=cfg.env_backend,
                                       progress=EVAL_LABELS.get(stage, stage), **eval_decoding(cfg, policy))
             write_report(summary, folder, name)

@@ -375,7 +375,7 @@ def eval_decoding(cfg: SeedConfig, policy: Policy) -> dict[str, Any]:
 def run_eval(policy: Policy, cfg: SeedConfig, name: str, out: Path) -> dict[str, Any]:
     refresh_threads()  # each phase re-reads how many cores other processes leave us
     summary = evaluate_policy(policy.backend, policy.codec, env_spec(cfg, cfg.eval_split),
-                              max_new_tokens=cfg.max_new_tokens, limit=cfg.eval_limit, seed=cfg.seed,
+                              max_new_tokens=cfg.max_new_tokens, limit=cfg.panel_limit(cfg.eval_split), seed=cfg.seed,
                               trajectories_path=out / f"{name}.trajectories.jsonl", env_backend=cfg.env_backend,
                               progress=evaluation_label(name), **eval_decoding(cfg, policy))
     if dist_info().is_main:

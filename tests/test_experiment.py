@@ -396,7 +396,7 @@ def test_seed_eval_config_reproduces_the_runs_own_evaluation(tmp_path, tiny_path
                      action_format="plain", max_new_tokens=4, analyzer_retries=0, stage1_demos=0, opd_coef=0.0,
                      iterations=1, tasks_per_iteration=2, group_size=2, kl_coef=0.0, eval_before=False,
                      eval_limit=4, eval_temperature=1.0, eval_samples=2, eval_split="test", seed=3,
-                     output_dir=str(run), checkpoint_every=0)
+                     panels={"few": {"split": "unseen", "eval_limit": 3}}, output_dir=str(run), checkpoint_every=0)
     trainer.train(cfg, say=lambda _: None)
     assert main_eval(["--config", str(run / "config.json"), "--out", str(tmp_path / "ev")]) == 0
     mine = json.loads((tmp_path / "ev" / "eval_seed3.json").read_text())
@@ -411,6 +411,12 @@ def test_seed_eval_config_reproduces_the_runs_own_evaluation(tmp_path, tiny_path
                       "--out", str(tmp_path / "ev2")]) == 0
     meta = json.loads((tmp_path / "ev2" / "eval_seed3.json").read_text())["meta"]
     assert meta["split"] == "unseen" and (meta["tasks"], meta["samples_per_task"]) == (2, 2)
+    # A named panel plays its own number of tasks; --limit still overrides it.
+    for extra, tasks in (([], 3), (["--limit", "2"], 2)):
+        assert main_eval(["--config", str(run / "config.json"), "--split", "few", *extra,
+                          "--out", str(tmp_path / f"few{tasks}")]) == 0
+        meta = json.loads((tmp_path / f"few{tasks}" / "eval_seed3.json").read_text())["meta"]
+        assert meta["split"] == "unseen" and (meta["tasks"], meta["samples_per_task"]) == (tasks, 2)
     assert main_eval(["--config", str(tmp_path / "nope.json"), "--out", str(tmp_path / "ev3")]) == 2
 
 
@@ -466,8 +472,9 @@ def test_a_panel_added_to_a_finished_folder_is_evaluated_from_each_units_saved_p
     units = {"before": exp / "seed0" / "before", "stage1": exp / "seed0" / "stage1", "arm": exp / "seed0" / "sft-grpo"}
     first = {k: json.loads((u / "results.json").read_text()) for k, u in units.items()}
     capsys.readouterr()
-    # The panel: Echo's unseen split built with 8 tasks (ids 2000-2007) instead of 32.
-    panel = ["--panels", json.dumps({"small-unseen": {"split": "unseen", "n_tasks": 8}}),
+    # The panel: Echo's unseen split built with 8 tasks (ids 2000-2007) instead of 32, 6 of them played (its own
+    # eval_limit, not the experiment's 4).
+    panel = ["--panels", json.dumps({"small-unseen": {"split": "unseen", "n_tasks": 8, "eval_limit": 6}}),
              "--splits", "unseen", "test", "small-unseen"]
     assert main_train([*argv, *panel]) == 0
     out = capsys.readouterr().out
@@ -481,7 +488,7 @@ def test_a_panel_added_to_a_finished_folder_is_evaluated_from_each_units_saved_p
     added = json.loads((units["before"] / "results.json").read_text())["added_eval_seconds"]["small-unseen"]
     eta = done[0].rsplit("ETA ", 1)[1]
     assert eta == clock(2 * added), (eta, added)
-    assert out.count("evaluating after Stage 2: test/Echo-v0 unseen, 4 episodes") == 1  # the panel's split
+    assert out.count("evaluating after Stage 2: test/Echo-v0 unseen, 6 episodes") == 1  # the panel's split
     for kind, folder in units.items():
         now = json.loads((folder / "results.json").read_text())
         assert sorted(now["evals"]) == ["small-unseen", "test", "unseen"]
@@ -489,12 +496,13 @@ def test_a_panel_added_to_a_finished_folder_is_evaluated_from_each_units_saved_p
         assert now["seconds"] == first[kind]["seconds"] and list(now["added_eval_seconds"]) == ["small-unseen"]
         assert sorted(now["evals"]["small-unseen"]["tasks"]) != sorted(first[kind]["evals"]["unseen"]["tasks"])
         assert all(2000 <= int(t.rsplit("/", 1)[1]) < 2008 for t in now["evals"]["small-unseen"]["tasks"])
+        assert len(now["evals"]["small-unseen"]["tasks"]) == 6 and len(now["evals"]["test"]["tasks"]) == 4
     # Independently: seed-eval on the Stage 1 unit's own run config and saved policy, on Echo's unseen split
-    # with n_tasks 8, plays every episode as the added evaluation did.
+    # with n_tasks 8 and 6 tasks, plays every episode as the added evaluation did.
     from seed_train.cli import main_eval
 
     assert main_eval(["--config", str(units["stage1"] / "run" / "config.json"), "--split", "unseen",
-                      "--env-kwargs", '{"n_tasks": 8}', "--out", str(tmp_path / "ev")]) == 0
+                      "--env-kwargs", '{"n_tasks": 8}', "--limit", "6", "--out", str(tmp_path / "ev")]) == 0
     mine = episode_outcomes(list(read_trajectories(tmp_path / "ev" / "seed0.trajectories.jsonl")))
     added = json.loads((units["stage1"] / "results.json").read_text())["evals"]["small-unseen"]["tasks"]
     assert mine == added
@@ -506,15 +514,17 @@ def test_a_panel_added_to_a_finished_folder_is_evaluated_from_each_units_saved_p
         capsys.readouterr().out
     record = read_record(committed)
     assert "small-unseen" in record.header["splits"] and record.header["config"]["panels"] == {
-        "small-unseen": {"split": "unseen", "n_tasks": 8}}
-    assert all(len(u["evals"]["small-unseen"]) == 4 for u in record.units.values())
+        "small-unseen": {"split": "unseen", "n_tasks": 8, "eval_limit": 6}}
+    assert all(len(u["evals"]["small-unseen"]) == 6 for u in record.units.values())
     # A rerun has nothing left to do; the same name for another panel is refused, naming the field.
     assert main_train([*argv, *panel]) == 0 and calls["train"] == 2
     assert capsys.readouterr().out.count("finished earlier, skipped") == 3
     other = ["--panels", json.dumps({"small-unseen": {"split": "unseen", "n_tasks": 6}}), *panel[2:]]
     assert main_train([*argv, *other]) == 2 and "'panels'" in capsys.readouterr().err
+    fewer = ["--panels", json.dumps({"small-unseen": {"split": "unseen", "n_tasks": 8, "eval_limit": 5}}), *panel[2:]]
+    assert main_train([*argv, *fewer]) == 2 and "'panels'" in capsys.readouterr().err  # its own limit is its too
     # So is a new panel under the name of a split the folder has evaluated (its units' "test" would mix two).
-    renamed = ["--panels", json.dumps({"small-unseen": {"split": "unseen", "n_tasks": 8},
+    renamed = ["--panels", json.dumps({"small-unseen": {"split": "unseen", "n_tasks": 8, "eval_limit": 6},
                                        "test": {"split": "test", "n_tasks": 8}}), *panel[2:]]
     assert main_train([*argv, *renamed]) == 2 and "'panels'" in capsys.readouterr().err
     from seed_train.experiment import panels_only_added
@@ -527,3 +537,6 @@ def test_a_panel_added_to_a_finished_folder_is_evaluated_from_each_units_saved_p
     bad = ["--panels", json.dumps({"p": {"split": "unseen", "colour": 1}}), "--splits", "p"]
     assert main_train([*argv[:-2], "--output-dir", str(tmp_path / "y"), *bad]) == 2
     assert "config field 'panels' (p)" in capsys.readouterr().err
+    bad = ["--panels", json.dumps({"p": {"split": "unseen", "eval_limit": -1}}), "--splits", "p"]
+    assert main_train([*argv[:-2], "--output-dir", str(tmp_path / "z"), *bad]) == 2
+    assert "config field 'panels'" in capsys.readouterr().err and not (tmp_path / "z").exists()

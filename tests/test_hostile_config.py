@@ -286,6 +286,21 @@ def test_direct_config_construction_coerces_and_refuses_too():
         SeedConfig(stage1_lr=float("nan"))
 
 
+def test_a_panels_own_eval_limit_is_the_evaluations_not_the_envs():
+    """``panels`` NAME -> {split, gym.make arguments, eval_limit}: the limit is how many of the panel's tasks
+    an evaluation plays (instead of ``eval_limit``; 0 all of them), never passed to gym.make; anything but a
+    non-negative int is refused naming the field and the panel."""
+    cfg = SeedConfig(env_id="seed/ALFWorld-v0", env_kwargs={"num_games": 9}, eval_limit=12,
+                     panels={"real": {"split": "valid_unseen", "data_dir": "d", "eval_limit": 38},
+                             "gen": {"split": "valid_unseen"}})
+    assert cfg.panel("real") == ("valid_unseen", {"num_games": 9, "data_dir": "d"})
+    assert (cfg.panel_limit("real"), cfg.panel_limit("gen"), cfg.panel_limit("unseen")) == (38, 12, 12)
+    assert SeedConfig(eval_limit=12, panels={"p": {"split": "test", "eval_limit": 0}}).panel_limit("p") == 0  # all
+    for junk in (-3, True, "38", 2.5, None):
+        with pytest.raises(ValueError, match=r"config field 'panels': \(p\): eval_limit must be a non-negative"):
+            SeedConfig(panels={"p": {"split": "test", "eval_limit": junk}})
+
+
 def test_experiment_refuses_an_unknown_split_before_any_work(tmp_path, capsys):
     from seed_train.cli import main_train
 
