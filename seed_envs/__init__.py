@@ -16,8 +16,8 @@ import gymnasium as gym
 
 from seed_envs.core import INFO_KEYS, Expert, SeedEnv
 
-__all__ = ["ENV_IDS", "INFO_KEYS", "REMOTE_ENV_ID", "SeedEnv", "hindsight_rule_for", "make_expert", "register_envs",
-           "wrong_rule_for"]
+__all__ = ["ENV_IDS", "INFO_KEYS", "REMOTE_ENV_ID", "SeedEnv", "hindsight_rule_for", "hindsight_rules_for",
+           "make_expert", "register_envs", "wrong_rule_for"]
 __version__ = "0.1.0"
 
 #: Registered ids and the factory each one is built by (module:function, imported lazily).
@@ -68,6 +68,25 @@ def hindsight_rule_for(env_id: str | None):
     from seed_envs.hindsight import generic_rule
 
     return _declared(env_id, "hindsight") or generic_rule
+
+
+def hindsight_rules_for(env_id: str | None) -> dict[str, str]:
+    """Every rule the hindsight function of ``env_id`` (:func:`hindsight_rule_for`) can write, by its kind
+    (``workflow/<...>``, ``avoid/<...>``, as ``HindsightRule.kind``): the ``SUCCESS_RULES`` and
+    ``FAILURE_RULES`` tables of the function's module, or the generic function's ``GENERIC_RULES``; empty
+    for a function without tables. What Stage 1 can teach the analyzer to write, for diagnostics that ask
+    whether a skill recites one (``benchmarks/skill_kinds.py``)."""
+    import sys
+
+    from seed_envs import hindsight
+
+    function = hindsight_rule_for(env_id)
+    if function is hindsight.generic_rule:
+        return {(f"{hindsight.WORKFLOW}/{k}" if k == "direct" else f"{hindsight.AVOID}/{k}"): rule
+                for k, rule in hindsight.GENERIC_RULES.items()}
+    module = sys.modules[function.__module__]  # (imported by hindsight_rule_for)
+    return {**{f"{hindsight.WORKFLOW}/{k}": r for k, r in getattr(module, "SUCCESS_RULES", {}).items()},
+            **{f"{hindsight.AVOID}/{k}": r for k, r in getattr(module, "FAILURE_RULES", {}).items()}}
 
 
 def wrong_rule_for(env_id: str | None):

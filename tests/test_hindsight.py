@@ -109,6 +109,9 @@ def check_kinds(trajectories: list[Trajectory]) -> tuple[set[str], set[str]]:
     wins = {kind_of(t) for t in trajectories if t.success}
     losses = {kind_of(t) for t in trajectories if not t.success}
     assert all(k.startswith(WORKFLOW + "/") for k in wins) and all(k.startswith(AVOID + "/") for k in losses)
+    table = seed_envs.hindsight_rules_for(trajectories[0].env_id)  # every rule the env writes, by kind
+    for t in trajectories:
+        assert table[kind_of(t)] == rule_based_skill(t).text
     win_texts = {rule_based_skill(t).text for t in trajectories if t.success}
     loss_texts = {rule_based_skill(t).text for t in trajectories if not t.success}
     assert not win_texts & loss_texts
@@ -123,6 +126,14 @@ def test_every_env_has_its_rules_and_other_ids_the_generic_ones():
         ENV_MODULES["seed/Sokoban-v0"]).hindsight_rule
     assert seed_envs.hindsight_rule_for("test/Echo-v0") is generic_rule
     assert seed_envs.hindsight_rule_for(None) is generic_rule
+    for env_id, module in ENV_MODULES.items():  # the tables the rule writes from, by kind
+        tables = importlib.import_module(module)
+        assert seed_envs.hindsight_rules_for(env_id) == {
+            **{f"{WORKFLOW}/{k}": r for k, r in tables.SUCCESS_RULES.items()},
+            **{f"{AVOID}/{k}": r for k, r in tables.FAILURE_RULES.items()}}
+    generic = seed_envs.hindsight_rules_for("test/Echo-v0")
+    assert generic[f"{WORKFLOW}/direct"] == GENERIC_RULES["direct"] and len(generic) == len(GENERIC_RULES)
+    assert all(k.startswith(f"{AVOID}/") for k in generic if k != f"{WORKFLOW}/direct")
     # (The benchmarks above declare their rule on the env itself, agent_defaults.hindsight, as an out-of-tree
     # env does, tests/sixth_env; a rule stays optional for a new env, which then gets the generic one.)
 

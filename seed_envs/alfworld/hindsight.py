@@ -12,7 +12,7 @@ of steps.
 """
 from __future__ import annotations
 
-from seed_envs.hindsight import (WORKFLOW, EpisodeRecord, HindsightRule, avoidance, invalid_indices, max_repeat,
+from seed_envs.hindsight import (EpisodeRecord, HindsightRule, avoidance, invalid_indices, max_repeat,
                                  swap_phrases, workflow)
 
 #: The verb and the appliance of the task types that change the object before placing it.
@@ -28,7 +28,8 @@ SUCCESS_RULES = {
     "pick_heat_then_place_in_recep": "Find and take the object, heat it with the microwave, then place it in the target receptacle.",
     "pick_cool_then_place_in_recep": "Find and take the object, cool it with the fridge, then place it in the target receptacle.",
     "pick_two_obj_and_place": "Place the first object in the target receptacle, then find the second and place it too.",
-}
+    "task": "Find the object the task names, take it, do what the task asks with it, then place it where asked.",
+}  # ("task": a game of a type not above)
 SUCCESS_SUMMARIES = {
     "pick_and_place_simple": "Solved the task.",
     "look_at_obj_in_light": "Solved the task.",
@@ -36,8 +37,8 @@ SUCCESS_SUMMARIES = {
     "pick_heat_then_place_in_recep": "Solved the task.",
     "pick_cool_then_place_in_recep": "Solved the task.",
     "pick_two_obj_and_place": "Solved the task.",
+    "task": "Solved the task.",
 }
-_GENERIC_SUCCESS = "Find the object the task names, take it, do what the task asks with it, then place it where asked."
 FAILURE_RULES = {
     "skipped_heat": "Heat the object with the microwave before placing it; unheated it does not count.",
     "skipped_cool": "Cool the object with the fridge before placing it; uncooled it does not count.",
@@ -105,9 +106,8 @@ def failure_kind(record: EpisodeRecord) -> str:
 
 def hindsight_rule(record: EpisodeRecord) -> HindsightRule:
     if record.success:
-        if record.category not in SUCCESS_RULES:
-            return HindsightRule("Solved the task.", _GENERIC_SUCCESS, f"{WORKFLOW}/task")
-        return workflow(record.category, SUCCESS_RULES, SUCCESS_SUMMARIES)
+        return workflow(record.category if record.category in SUCCESS_RULES else "task", SUCCESS_RULES,
+                        SUCCESS_SUMMARIES)
     return avoidance(failure_kind(record), FAILURE_RULES, FAILURE_SUMMARIES)
 
 
