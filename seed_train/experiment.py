@@ -484,7 +484,8 @@ class Experiment:
         now = time.time()
         pending = [u if not u.done() else panel_work(u) for u in self.claim_order() if self.pending(u)]
         running = {u: now - u.lock_path.stat().st_mtime for u in pending if _held_elsewhere(u)}
-        trained = {u.seed for u in pending if u.kind == "stage1" and (u.run_dir / "results.json").is_file()}
+        # Seeds whose Stage 1 has trained: finished ones (not pending) too, or their arms would never be ready.
+        trained = {u.seed for u in self.units() if u.kind == "stage1" and (u.run_dir / "results.json").is_file()}
         return schedule_end([u for u in pending if u not in running], running, durations, jobs, trained,
                             needs_stage1=lambda u: u.kind == "arm" and uses_stage1(self.base, u.arm))
 
@@ -704,8 +705,8 @@ def schedule_end(queue: Sequence[Unit], running: dict[Unit, float], durations: d
         starts = [ready_at.get(u.seed, float("inf")) if needs_stage1(u) else 0.0 for u in left]
         pick = next((k for k, ready in enumerate(starts) if ready <= t), None)
         if pick is None:  # every unit left waits for a Stage 1: this worker idles until the first is ready
-            if min(starts) == float("inf"):  # (a Stage 1 neither done, running nor queued: not in claim order)
-                break
+            if min(starts) == float("inf"):  # a Stage 1 neither trained, running nor queued: no estimate
+                return None
             heapq.heappush(free, min(starts))
             continue
         unit = left.pop(pick)

@@ -187,6 +187,28 @@ def test_the_eta_counts_a_unit_another_live_process_holds(tmp_path, tiny_path):
     assert experiment.eta_seconds(arm_times, jobs=2) == pytest.approx(830 + 1128)
 
 
+def test_the_eta_counts_the_arms_of_seeds_whose_stage1_finished_before(tmp_path, tiny_path):
+    """Arms run after a --baselines-only run (WebShop's, 2026-12-06): every Stage 1 has finished, so none is
+    pending. The ETA had taken only pending Stage 1 units as trained, so it never scheduled those arms ("ETA
+    0s" with 8 arms to go). By hand, in claim order on 2 workers: s0 sft-grpo 0-1,128 and s0 seed 0-1,715,
+    then s1 sft-grpo 1,128-2,256 and s1 seed 1,715-3,430."""
+    from seed_train.experiment import schedule_end
+
+    experiment = TimedUnits.plan(_base(tiny_path), ("sft-grpo", "seed"), [0, 1], tmp_path / "exp")
+    for unit in experiment.units():
+        if unit.kind != "arm":
+            unit.run_dir.mkdir(parents=True)
+            (unit.run_dir / "results.json").write_text("{}")  # (Stage 1's: trained)
+            unit.results_path.write_text(json.dumps({"seconds": 1.0, "evals": {s: {} for s in experiment.splits}}))
+    times = {"stage1": [(1085.0, 830.0)], "before": [(178.0, 178.0)], "sft-grpo": [(1128.0, 1128.0)],
+             "seed": [(1715.0, 1715.0)]}
+    assert experiment.eta_seconds(times, jobs=2) == pytest.approx(3430.0)
+    assert experiment.eta_seconds(times, jobs=1) == pytest.approx(2 * (1128 + 1715))
+    # An arm whose Stage 1 is nowhere (neither trained, running nor queued) has no estimate, not 0.
+    arm = experiment.claim_order()[2]
+    assert schedule_end([arm], {}, times, jobs=2) is None
+
+
 def test_baselines_only_workers_run_each_seeds_base_model_and_stage1_and_no_arm(tmp_path, tiny_path):
     import dataclasses
 
