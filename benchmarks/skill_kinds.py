@@ -1,5 +1,6 @@
-"""What Stage 2's skills say, from committed experiment records: a rule Stage 1 taught, an echo of the
-analyzer's instruction, or something else, and whether the skill tells a won episode from a lost one.
+"""What Stage 2's skills say, from committed experiment records: a rule Stage 1 taught, a control's wrong
+rule, an echo of the analyzer's instruction, or something else, and whether the skill tells a won episode
+from a lost one.
 
     python benchmarks/skill_kinds.py [RECORD ...] [--arms seed] [--examples 3]
 
@@ -24,9 +25,8 @@ without looking at the outcome would reach with the same shares; ``bits`` is the
 between the skill's class and the outcome (0: the skill's class carries nothing about the episode), beside
 the same with the unit's outcomes shuffled (200 seeded shuffles: what the estimate reads on a few dozen
 skills when the class carries nothing) and ``outcome bits``, the outcome's own entropy (the most a skill
-could carry). Means ± sd over seeds; a seed
-without a recited rule has no ``agree``. Arms with a fixed library (``static``, ``empty``: texts the policy
-did not write) are left out.
+could carry). Means ± sd over seeds; a seed without a recited rule has no ``agree``. Arms with a fixed
+library (``static``, ``empty``: texts the policy did not write) are left out.
 """
 from __future__ import annotations
 
