@@ -124,9 +124,11 @@ def entropy(p: float) -> float:
 
 def unit_summary(skills: Sequence[Sequence], rules: dict[str, str], instruction: str,
                  match: float = 0.8) -> dict:
-    """One unit's skills (``unit_skills`` rows: iteration, task, category, success, text or None)."""
+    """One unit's skills (``unit_skills`` rows: iteration, task, category, success, text or None): counts by
+    class, agreement, bits; ``texts`` counts each (class, text) written."""
     written = [(text, bool(success)) for _, _, _, success, text in skills if text is not None]
-    classes = [(skill_class(text, rules, instruction, match)[0], success) for text, success in written]
+    classed = [(skill_class(text, rules, instruction, match)[0], text) for text, _ in written]
+    classes = [(c, success) for (c, _), (_, success) in zip(classed, written)]
     counts = Counter(c for c, _ in classes)
     recited = [(c, s) for c, s in classes if c in (WORKFLOW, AVOID)]
     agree = (sum((c == WORKFLOW) == s for c, s in recited) / len(recited)) if recited else None
@@ -148,7 +150,8 @@ def unit_summary(skills: Sequence[Sequence], rules: dict[str, str], instruction:
             "distinct": len({t for t, _ in written}), "wins": wins,
             "agree": agree, "chance": chance, "bits": mutual_information(classes) if classes else None,
             "shuffled_bits": statistics.fmean(shuffled) if shuffled else None,
-            "outcome_bits": entropy(wins / len(written)) if written else None}
+            "outcome_bits": entropy(wins / len(written)) if written else None,
+            "texts": Counter(classed)}
 
 
 def _mean_sd(values: Sequence[float | None], digits: int = 2) -> str:
@@ -180,9 +183,7 @@ def record_table(path: Path, arms: Sequence[str] | None = None, match: float = 0
         if not any(row[4] is not None for row in skills):
             continue
         per_arm[arm][seed] = unit_summary(skills, table, instruction, match)
-        for row in skills:
-            if row[4] is not None:
-                texts[arm][(skill_class(row[4], table, instruction, match)[0], row[4])] += 1
+        texts[arm].update(per_arm[arm][seed]["texts"])
     if not per_arm:
         return None if not fixed else f"### {path.stem}: only fixed skill texts ({', '.join(sorted(fixed))})"
     lines = [f"### {path.stem} ({env_id}; {len(rules)} rules in the env's tables)", "",

@@ -73,18 +73,14 @@ def hindsight_rule_for(env_id: str | None):
 def hindsight_rules_for(env_id: str | None) -> dict[str, str]:
     """Every rule the hindsight function of ``env_id`` (:func:`hindsight_rule_for`) can write, by its kind
     (``workflow/<...>``, ``avoid/<...>``, as ``HindsightRule.kind``): the ``SUCCESS_RULES`` and
-    ``FAILURE_RULES`` tables of the function's module, or the generic function's ``GENERIC_RULES``; empty
-    for a function without tables. What Stage 1 can teach the analyzer to write, for diagnostics that ask
+    ``FAILURE_RULES`` tables of the function's module (the generic function's too); empty for a function
+    without tables. What Stage 1 can teach the analyzer to write, for diagnostics that ask
     whether a skill recites one (``benchmarks/skill_kinds.py``)."""
     import sys
 
     from seed_envs import hindsight
 
-    function = hindsight_rule_for(env_id)
-    if function is hindsight.generic_rule:
-        return {(f"{hindsight.WORKFLOW}/{k}" if k == "direct" else f"{hindsight.AVOID}/{k}"): rule
-                for k, rule in hindsight.GENERIC_RULES.items()}
-    module = sys.modules[function.__module__]  # (imported by hindsight_rule_for)
+    module = sys.modules[hindsight_rule_for(env_id).__module__]  # (imported by hindsight_rule_for)
     return {**{f"{hindsight.WORKFLOW}/{k}": r for k, r in getattr(module, "SUCCESS_RULES", {}).items()},
             **{f"{hindsight.AVOID}/{k}": r for k, r in getattr(module, "FAILURE_RULES", {}).items()}}
 

@@ -160,15 +160,19 @@ def swap_phrases(text: str, table: Sequence[tuple[str, str]]) -> tuple[str, bool
 
 
 # ------------------------------------------------------------------ the generic fallback
-GENERIC_RULES = {
+# Named as each env's rule module names its tables, so that every rule function's module declares what it can
+# write the same way (seed_envs.hindsight_rules_for).
+SUCCESS_RULES = {
     "direct": "Read the task and the observation, then pick the admissible action that leads straight to the goal.",
+}
+FAILURE_RULES = {
     "invalid": "Answer with exactly one admissible action in the required format; other text wastes the step.",
     "repeat": "Do not repeat an action that did not help; when nothing changes, try another action.",
     "wrong_choice": "Compare the admissible actions with what the task asks, and pick the one that matches it.",
     "timeout": "Plan the shortest way to the goal before acting, and avoid detours that do not bring it closer.",
 }
-GENERIC_SUMMARIES = {
-    "direct": "Solved the task.",
+SUCCESS_SUMMARIES = {"direct": "Solved the task."}
+FAILURE_SUMMARIES = {
     "invalid": "Failed: invalid actions.",
     "repeat": "Failed: repeated an action.",
     "wrong_choice": "Failed: wrong action chosen.",
@@ -179,7 +183,7 @@ GENERIC_SUMMARIES = {
 def generic_rule(record: EpisodeRecord) -> HindsightRule:
     """For any env without its own rules: the outcome and the mistakes any text env shows."""
     if record.success:
-        return workflow("direct", GENERIC_RULES, GENERIC_SUMMARIES)
+        return workflow("direct", SUCCESS_RULES, SUCCESS_SUMMARIES)
     if invalid_indices(record):
         kind = "invalid"
     elif max_repeat(record.actions)[1] >= 3:
@@ -188,4 +192,4 @@ def generic_rule(record: EpisodeRecord) -> HindsightRule:
         kind = "wrong_choice"
     else:
         kind = "timeout"
-    return avoidance(kind, GENERIC_RULES, GENERIC_SUMMARIES)
+    return avoidance(kind, FAILURE_RULES, FAILURE_SUMMARIES)

@@ -15,7 +15,6 @@ import json
 import re
 from collections import Counter
 from collections.abc import Sequence
-from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -23,8 +22,9 @@ import pytest
 import toy_env  # noqa: F401  (registers test/Echo-v0)
 
 import seed_envs
-from seed_envs.hindsight import (AVOID, GENERIC_RULES, GENERIC_SUMMARIES, WORKFLOW, EpisodeRecord,
-                                 first_expert_deviation, generic_rule, max_repeat, replays_actions)
+from seed_envs import hindsight as generic_tables  # the generic rule's own tables
+from seed_envs.hindsight import (AVOID, WORKFLOW, EpisodeRecord, first_expert_deviation, generic_rule, max_repeat,
+                                 replays_actions)
 from seed_train.cli import QUICKSTART
 from seed_train.config import SeedConfig
 from seed_train.rollout import EnvSpec
@@ -132,8 +132,11 @@ def test_every_env_has_its_rules_and_other_ids_the_generic_ones():
             **{f"{WORKFLOW}/{k}": r for k, r in tables.SUCCESS_RULES.items()},
             **{f"{AVOID}/{k}": r for k, r in tables.FAILURE_RULES.items()}}
     generic = seed_envs.hindsight_rules_for("test/Echo-v0")
-    assert generic[f"{WORKFLOW}/direct"] == GENERIC_RULES["direct"] and len(generic) == len(GENERIC_RULES)
-    assert all(k.startswith(f"{AVOID}/") for k in generic if k != f"{WORKFLOW}/direct")
+    assert generic == seed_envs.hindsight_rules_for(None) and len(generic) == 5
+    for record in (_rec(["a"], success=True), _rec(["a", "b"], invalid=[False, True]), _rec(["a", "a", "a", "b"]),
+                   _rec(["a", "b"], expert=["a", "c"]), _rec(["a", "b", "c"])):  # every kind it writes
+        rule = generic_rule(record)
+        assert generic[rule.kind] == rule.rule
     # (The benchmarks above declare their rule on the env itself, agent_defaults.hindsight, as an out-of-tree
     # env does, tests/sixth_env; a rule stays optional for a new env, which then gets the generic one.)
 
@@ -144,10 +147,7 @@ def test_rule_tables_are_short_general_and_paired(env_id):
 
 
 def test_generic_rule_table_is_short_and_general():
-    check_tables(SimpleNamespace(SUCCESS_RULES={"direct": GENERIC_RULES["direct"]},
-                                 SUCCESS_SUMMARIES={"direct": GENERIC_SUMMARIES["direct"]},
-                                 FAILURE_RULES={k: v for k, v in GENERIC_RULES.items() if k != "direct"},
-                                 FAILURE_SUMMARIES={k: v for k, v in GENERIC_SUMMARIES.items() if k != "direct"}))
+    check_tables(generic_tables)
 
 
 def check_tables(m) -> None:
@@ -176,15 +176,12 @@ def test_every_skill_json_fits_the_quickstart_analyzer_budget():
     """The analyzer of the quickstart may write 48 tokens; every taught JSON skill closes well within."""
     tok = _smollm2_tokenizer()
     worst = 0
-    for module in [*ENV_MODULES.values()]:
+    for module in [*ENV_MODULES.values(), "seed_envs.hindsight"]:
         m = importlib.import_module(module)
         for rules, summaries in ((m.SUCCESS_RULES, m.SUCCESS_SUMMARIES), (m.FAILURE_RULES, m.FAILURE_SUMMARIES)):
             for k, rule in rules.items():
                 text = json.dumps({"episode_summary": summaries[k], "episode_skill": rule}, ensure_ascii=False)
                 worst = max(worst, len(tok(text)["input_ids"]))
-    for k, rule in GENERIC_RULES.items():
-        text = json.dumps({"episode_summary": GENERIC_SUMMARIES[k], "episode_skill": rule})
-        worst = max(worst, len(tok(text)["input_ids"]))
     assert worst <= JSON_TOKEN_BUDGET, worst
 
 

@@ -64,6 +64,8 @@ def test_unit_summary_counts_agreement_and_chance(bench):
     assert got["chance"] == pytest.approx(0.5 * 0.75 + 0.5 * 0.25)
     assert got["outcome_bits"] == pytest.approx(bench.entropy(2 / 5))
     assert 0 < got["shuffled_bits"] < got["outcome_bits"]
+    assert got["texts"] == {("workflow", SUCCESS_RULES["options"]): 2, ("workflow", SUCCESS_RULES["no_options"]): 1,
+                            ("avoid", FAILURE_RULES["price"]): 1, ("echo", "Do not list this episode's actions."): 1}
     assert bench.unit_summary(rows, rules, instruction) == got  # seeded shuffles
 
 
