@@ -103,6 +103,10 @@ def _parser_train(sub) -> None:
                    help="run only each seed's base-model evaluation and Stage 1 (with its evaluation), not the "
                         "arms: the before / after-Stage-1 rows first where the arms take hours; the report lists the "
                         "arms as unfinished, and the same command without this flag adds them in the same folder")
+    p.add_argument("--times-from", default=None, metavar="RECORD",
+                   help="a record of an earlier run on this env (e.g. docs/results/records/webshop-cpu.jsonl): its "
+                        "unit times give the ETA from the start, for each arm or unit kind until this run has timed "
+                        "one of its own (their load and machine, not this one's); a record of another env is refused")
 
 
 def _parser_records(sub) -> None:
@@ -252,6 +256,13 @@ def main_experiment(args, argv: list[str] | None = None) -> int:
         experiment = dataclasses.replace(Experiment.plan(base, args.arms, args.seeds, out, splits=args.splits),
                                          command=("seed-train", *(sys.argv[1:] if argv is None else argv)),
                                          baselines_only=args.baselines_only)
+        if args.times_from is not None:
+            from seed_train.records import recorded_times
+
+            try:
+                experiment.prior_times = recorded_times(args.times_from, base.env_id)
+            except ValueError as e:
+                raise ValueError(f"--times-from: {e}") from None
         check_run_setup(dataclasses.replace(base, output_dir=str(out)))  # before the experiment folder is made
         for name in args.splits:  # each evaluated panel, named as the flag that chose it
             split, env_kwargs = base.panel(name)

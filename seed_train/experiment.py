@@ -262,6 +262,9 @@ class Experiment:
     # Run each seed's base-model evaluation and Stage 1 only (``--baselines-only``): the table's first rows on an
     # env whose arms take hours; the arms stay in the manifest and the report (unfinished) for a later rerun.
     baselines_only: bool = False
+    # Unit times of an earlier run of the env (``--times-from RECORD``: records.recorded_times), for the ETA
+    # where this run has not timed a unit of that arm or kind yet; not part of the experiment's identity.
+    prior_times: dict[str, list[tuple[float, float]]] = dataclasses.field(default_factory=dict)
 
     # ------------------------------------------------------------------------------ planning
     @classmethod
@@ -407,6 +410,9 @@ class Experiment:
         self.write_manifest()
         units = self.work()
         started = time.perf_counter()
+        unfinished = len([u for u in units if self.pending(u)])
+        if unfinished and (eta := self.eta_seconds(self.unit_times(), jobs=1)) is not None:
+            say(f"{unfinished} unfinished units, {self._eta_source(eta, 1)}")
         with torch_threads(self.base.threads):
             for k, unit in enumerate(units, 1):
                 head = f"[{k}/{len(units)}] {unit.label}"
@@ -418,7 +424,7 @@ class Experiment:
                     say(f"{head}: {self._what(unit)}")
                     t0 = time.perf_counter()
                     self.run_unit(unit, say=lambda line: say(f"    {line}"))
-                eta = self.eta_seconds(_durations([u for u in units if u.done()]), jobs=1)
+                eta = self.eta_seconds(self.unit_times(), jobs=1)
                 say(f"{head}: done in {clock(time.perf_counter() - t0)}; elapsed "
                     f"{clock(time.perf_counter() - started)}, {_eta_text(eta, 1)}")
         return self.report()
@@ -469,8 +475,18 @@ class Experiment:
         units = self.work()
         finished = [u for u in units if not self.pending(u)]
         say(f"{unit.label}: done in {clock(time.perf_counter() - t0)}; {len(finished)}/{len(units)} units "
-            f"finished, {_eta_text(self.eta_seconds(_durations([u for u in units if u.done()]), jobs), jobs)}")
+            f"finished, {_eta_text(self.eta_seconds(self.unit_times(), jobs), jobs)}")
         return True
+
+    def unit_times(self) -> dict[str, list[tuple[float, float]]]:
+        """The ETA's unit times (:func:`_durations`): this folder's finished units, and for an arm or kind it
+        has not timed yet, those of ``prior_times`` (``--times-from``)."""
+        return {**self.prior_times, **_durations([u for u in self.units() if u.done()])}
+
+    def _eta_source(self, eta: float, jobs: int) -> str:
+        """The ETA, and where its unit times come from while the folder has timed none."""
+        own = _durations([u for u in self.units() if u.done()])
+        return _eta_text(eta, jobs) + ("" if own or not self.prior_times else " (from the unit times of --times-from)")
 
     def eta_seconds(self, durations: dict[str, list[tuple[float, float]]], jobs: int) -> float | None:
         """Seconds until this run's units are finished, for a worker that is free now (of ``jobs``; 1: the
@@ -502,8 +518,10 @@ class Experiment:
         stop = context.Event()
         workers = [context.Process(target=_worker_main, args=(self, f"w{k}", stop, poll_s, jobs, _env_registration(
             self.base.env_id)), name=f"w{k}") for k in range(1, jobs + 1)]
+        eta = self.eta_seconds(self.unit_times(), jobs)
         say(f"{len([u for u in self.work() if self.pending(u)])} unfinished units over {jobs} worker processes "
-            f"({self.base.threads or 'auto'} torch thread(s) each)")
+            f"({self.base.threads or 'auto'} torch thread(s) each)" + ("" if eta is None else
+                                                                       f", {self._eta_source(eta, jobs)}"))
         for worker in workers:
             worker.start()
         failed: list[str] = []

@@ -268,6 +268,11 @@ def unit_entry(experiment: Any, unit: Any) -> dict[str, Any]:
             evals[split] = episode_rows(list(read_trajectories(path)))
     entry: dict[str, Any] = {"kind": unit.kind, "seed": unit.seed, "arm": unit.arm,
                              "seconds": round(float(result.get("seconds", 0.0)), 1), "evals": evals}
+    # What a later run's ETA reads (recorded_times).
+    if "train_seconds" in result:
+        entry["train_seconds"] = round(float(result["train_seconds"]), 1)
+    if result.get("added_eval_seconds"):
+        entry["added_eval_seconds"] = {k: round(float(v), 1) for k, v in result["added_eval_seconds"].items()}
     if unit.kind == "arm":
         entry["overrides"] = result.get("overrides")
     if unit.kind != "before":
@@ -284,6 +289,26 @@ def unit_entry(experiment: Any, unit: Any) -> dict[str, Any]:
             config = read_json_file(run_config)
             entry["operational"] = {k: config[k] for k in OPERATIONAL_FIELDS if k in config}
     return entry
+
+
+def recorded_times(path: str | Path, env_id: str) -> dict[str, list[tuple[float, float]]]:
+    """A record's unit times, keyed as an experiment's own finished units (``experiment._durations``): (seconds,
+    seconds until training ended) per arm and per kind, added panels' evaluations under ``"<kind> panels"``
+    and ``"panels"``. A unit recorded without ``train_seconds`` counts as training throughout (so an ETA
+    from it errs long). Raises ValueError for a record of another env: its times say nothing of this one."""
+    record = read_record(path)
+    if record.header.get("env_id") != env_id:
+        raise ValueError(f"record {path} holds units of {record.header.get('env_id')}, not {env_id}")
+    out: dict[str, list[tuple[float, float]]] = {}
+    for (kind, _, arm), unit in record.units.items():
+        seconds = float(unit["seconds"])
+        pair = (seconds, float(unit.get("train_seconds", seconds)))
+        for key in dict.fromkeys((arm or kind, kind)):
+            out.setdefault(key, []).append(pair)
+        for added in (unit.get("added_eval_seconds") or {}).values():
+            for key in (f"{kind} panels", "panels"):
+                out.setdefault(key, []).append((float(added), 0.0))
+    return out
 
 
 def header_of(experiment: Any) -> dict[str, Any]:

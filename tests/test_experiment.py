@@ -348,6 +348,46 @@ def check_records(exp, argv, capsys):
     write_record(older, committed)
     assert main_train(["record", str(exp), str(committed)]) == 0
     assert main_train(["report", str(exp / "missing.jsonl")]) == 2 and "file not found" in capsys.readouterr().err
+    check_recorded_times(exp, own, argv, capsys)
+
+
+def check_recorded_times(exp, own, argv, capsys):
+    """A record keeps when each unit's training ended, and its unit times give a later run's ETA (--times-from);
+    a record of another env is refused at start."""
+    from seed_train.cli import main_train
+    from seed_train.records import experiment_from_folder, read_record, recorded_times
+
+    record = read_record(own)
+    results = {(u.kind, u.seed, u.arm): json.loads(u.results_path.read_text())
+               for u in experiment_from_folder(exp).units()}
+    assert "train_seconds" in results[("stage1", 0, None)] and "train_seconds" not in results[("before", 0, None)]
+    for key, result in results.items():
+        want = round(result["train_seconds"], 1) if "train_seconds" in result else None
+        assert record.units[key].get("train_seconds") == want, key
+    times = recorded_times(own, "test/Echo-v0")
+
+    def pairs(*keys):
+        units = [record.units[k] for k in keys]
+        return sorted((u["seconds"], u.get("train_seconds", u["seconds"])) for u in units)
+
+    assert sorted(times["seed"]) == pairs(("arm", 0, "seed"), ("arm", 1, "seed"))
+    assert sorted(times["arm"]) == pairs(*[("arm", s, a) for s in (0, 1) for a in ("sft-grpo", "seed")])
+    assert sorted(times["stage1"]) == pairs(("stage1", 0, None), ("stage1", 1, None))
+    assert sorted(times["before"]) == pairs(("before", 0, None), ("before", 1, None))
+    assert all(t <= s for s, t in times["stage1"])
+    with pytest.raises(ValueError, match="holds units of test/Echo-v0, not seed/Sokoban-v0"):
+        recorded_times(own, "seed/Sokoban-v0")
+    # The flag: another env's record, or no record, is refused before any work (no folder).
+    other = exp.parent / "other-env.jsonl"
+    other.write_text(own.read_text().replace('"env_id":"test/Echo-v0"', '"env_id":"seed/Sokoban-v0"', 1))
+    fresh = exp.parent / "fresh"
+    start = [*argv[:argv.index("--output-dir")], "--output-dir", str(fresh)]
+    capsys.readouterr()
+    assert main_train([*start, "--times-from", str(other)]) == 2
+    assert "--times-from: record" in capsys.readouterr().err and not fresh.exists()
+    assert main_train([*start, "--times-from", str(exp / "missing.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "--times-from: record" in err and "file not found" in err and not fresh.exists()
 
 
 # ---------------------------------------------------------------------------------- trainer and seed-eval

@@ -209,6 +209,26 @@ def test_the_eta_counts_the_arms_of_seeds_whose_stage1_finished_before(tmp_path,
     assert schedule_end([arm], {}, times, jobs=2) is None
 
 
+def test_the_eta_reads_an_earlier_runs_unit_times_until_the_folder_has_its_own(tmp_path, tiny_path):
+    """--times-from: a record's unit times (records.recorded_times) give the ETA before this run has timed any
+    unit. By hand, one seed on 2 workers: Stage 1 0-1,085 (trained at 830), the base model 0-178, sft-grpo
+    830-1,958 (its worker idles until Stage 1 has trained), seed 1,085-2,800; on one worker, their sum, 4,106."""
+    times = {"stage1": [(1085.0, 830.0)], "before": [(178.0, 178.0)], "sft-grpo": [(1128.0, 1128.0)],
+             "seed": [(1715.0, 1715.0)], "arm": [(1128.0, 1128.0), (1715.0, 1715.0)]}
+    experiment = TimedUnits.plan(_base(tiny_path), ARMS, [0], tmp_path / "exp")
+    assert experiment.eta_seconds(experiment.unit_times(), jobs=2) is None  # nothing timed, nothing given
+    experiment.prior_times = times
+    assert experiment.eta_seconds(experiment.unit_times(), jobs=2) == pytest.approx(2800.0)
+    assert experiment.eta_seconds(experiment.unit_times(), jobs=1) == pytest.approx(4106.0)
+    experiment.unit_s = 0.02
+    lines: list[str] = []
+    experiment.run(say=lines.append)
+    assert lines[0] == "4 unfinished units, ETA 1h08m26s (from the unit times of --times-from)"
+    own = experiment.unit_times()  # the folder's own times replace the given ones, key by key
+    assert set(own) == set(times) and all(seconds < 60 for pairs in own.values() for seconds, _ in pairs)
+    assert lines[-1].startswith("[4/4] seed 0 arm seed: done in ") and lines[-1].endswith(", ETA 0s")
+
+
 def test_baselines_only_workers_run_each_seeds_base_model_and_stage1_and_no_arm(tmp_path, tiny_path):
     import dataclasses
 
