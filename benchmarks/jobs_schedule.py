@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from seed_train.experiment import Unit, schedule_end
+from seed_train.experiment import Unit, add_unit_time, schedule_end
 from seed_train.records import read_record
 
 
@@ -30,11 +30,9 @@ def seed_minutes(record_path: Path, arms: list[str], jobs: int) -> dict[int, flo
         if any(key not in record.units for key in keys):
             out[seed] = None
             continue
-        times = {}
+        times: dict[str, list[tuple[float, float]]] = {}
         for kind, _, arm in keys:
-            unit = record.units[(kind, seed, arm)]
-            times.setdefault(arm or kind, []).append(
-                (float(unit["seconds"]), float(unit.get("train_seconds", unit["seconds"]))))
+            add_unit_time(times, kind, arm, record.units[(kind, seed, arm)])
         queue = [Unit(kind, seed, Path(arm or kind), arm) for kind, _, arm in keys]
         end = schedule_end(queue, {}, times, jobs)
         out[seed] = None if end is None else end / 60

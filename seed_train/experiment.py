@@ -672,15 +672,22 @@ def _durations(done: Sequence[Unit]) -> dict[str, list[tuple[float, float]]]:
     out: dict[str, list[tuple[float, float]]] = {}
     for unit in done:
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            result = read_json_file(unit.results_path)
-            seconds = float(result["seconds"])
-            pair = (seconds, float(result.get("train_seconds", seconds)))
-            for key in dict.fromkeys((unit.arm or unit.kind, unit.kind)):
-                out.setdefault(key, []).append(pair)
-            for added in result.get("added_eval_seconds", {}).values():  # (panel_work)
-                for key in (f"{unit.kind} panels", "panels"):
-                    out.setdefault(key, []).append((float(added), 0.0))
+            add_unit_time(out, unit.kind, unit.arm, read_json_file(unit.results_path))
     return out
+
+
+def add_unit_time(times: dict[str, list[tuple[float, float]]], kind: str, arm: str | None,
+                  timed: dict[str, Any]) -> None:
+    """Add one unit's times (``seconds``, ``train_seconds``, ``added_eval_seconds`` of its results.json or its
+    record line) to ``times`` under the keys the ETA reads: the arm (else the kind) and the kind; each added
+    panel's evaluation under ``"<kind> panels"`` and ``"panels"`` (:func:`panel_work`)."""
+    seconds = float(timed["seconds"])
+    pair = (seconds, float(timed.get("train_seconds", seconds)))
+    for key in dict.fromkeys((arm or kind, kind)):
+        times.setdefault(key, []).append(pair)
+    for added in (timed.get("added_eval_seconds") or {}).values():
+        for key in (f"{kind} panels", "panels"):
+            times.setdefault(key, []).append((float(added), 0.0))
 
 
 def _eta_text(seconds: float | None, jobs: int) -> str:

@@ -292,22 +292,18 @@ def unit_entry(experiment: Any, unit: Any) -> dict[str, Any]:
 
 
 def recorded_times(path: str | Path, env_id: str) -> dict[str, list[tuple[float, float]]]:
-    """A record's unit times, keyed as an experiment's own finished units (``experiment._durations``): (seconds,
-    seconds until training ended) per arm and per kind, added panels' evaluations under ``"<kind> panels"``
-    and ``"panels"``. A unit recorded without ``train_seconds`` counts as training throughout (so an ETA
-    from it errs long). Raises ValueError for a record of another env: its times say nothing of this one."""
+    """A record's unit times, keyed as an experiment's own finished units (``experiment.add_unit_time``:
+    (seconds, seconds until training ended) per arm and per kind, added panels' evaluations apart). A unit
+    recorded without ``train_seconds`` counts as training throughout (so an ETA from it errs long). Raises
+    ValueError for a record of another env: its times say nothing of this one."""
+    from seed_train.experiment import add_unit_time
+
     record = read_record(path)
     if record.header.get("env_id") != env_id:
         raise ValueError(f"record {path} holds units of {record.header.get('env_id')}, not {env_id}")
     out: dict[str, list[tuple[float, float]]] = {}
     for (kind, _, arm), unit in record.units.items():
-        seconds = float(unit["seconds"])
-        pair = (seconds, float(unit.get("train_seconds", seconds)))
-        for key in dict.fromkeys((arm or kind, kind)):
-            out.setdefault(key, []).append(pair)
-        for added in (unit.get("added_eval_seconds") or {}).values():
-            for key in (f"{kind} panels", "panels"):
-                out.setdefault(key, []).append((float(added), 0.0))
+        add_unit_time(out, kind, arm, unit)
     return out
 
 
