@@ -126,9 +126,9 @@ def unit_summary(skills: Sequence[Sequence], rules: dict[str, str], instruction:
                  match: float = 0.8) -> dict:
     """One unit's skills (``unit_skills`` rows: iteration, task, category, success, text or None): counts by
     class, agreement, bits; ``texts`` counts each (class, text) written."""
-    written = [(text, bool(success)) for _, _, _, success, text in skills if text is not None]
-    classed = [(skill_class(text, rules, instruction, match)[0], text) for text, _ in written]
-    classes = [(c, success) for (c, _), (_, success) in zip(classed, written)]
+    written = [(skill_class(text, rules, instruction, match)[0], text, bool(success))
+               for _, _, _, success, text in skills if text is not None]
+    classes = [(c, success) for c, _, success in written]
     counts = Counter(c for c, _ in classes)
     recited = [(c, s) for c, s in classes if c in (WORKFLOW, AVOID)]
     agree = (sum((c == WORKFLOW) == s for c, s in recited) / len(recited)) if recited else None
@@ -137,7 +137,7 @@ def unit_summary(skills: Sequence[Sequence], rules: dict[str, str], instruction:
         p_win = sum(s for _, s in recited) / len(recited)
         p_workflow = sum(c == WORKFLOW for c, _ in recited) / len(recited)
         chance = p_win * p_workflow + (1 - p_win) * (1 - p_workflow)
-    wins = sum(s for _, s in written)
+    wins = sum(s for _, _, s in written)
     # The plug-in estimate is biased up on a few dozen skills: the same with the outcomes shuffled (seeded) is
     # what it reads when the class says nothing of the outcome.
     rng = random.Random(0)
@@ -147,11 +147,11 @@ def unit_summary(skills: Sequence[Sequence], rules: dict[str, str], instruction:
         rng.shuffle(outcomes)
         shuffled.append(mutual_information([(c, o) for (c, _), o in zip(classes, outcomes)]))
     return {"episodes": len(skills), "skills": len(written), "counts": {c: counts.get(c, 0) for c in CLASSES},
-            "distinct": len({t for t, _ in written}), "wins": wins,
+            "distinct": len({t for _, t, _ in written}), "wins": wins,
             "agree": agree, "chance": chance, "bits": mutual_information(classes) if classes else None,
             "shuffled_bits": statistics.fmean(shuffled) if shuffled else None,
             "outcome_bits": entropy(wins / len(written)) if written else None,
-            "texts": Counter(classed)}
+            "texts": Counter((c, t) for c, t, _ in written)}
 
 
 def _mean_sd(values: Sequence[float | None], digits: int = 2) -> str:

@@ -485,8 +485,9 @@ class Experiment:
 
     def _eta_source(self, eta: float, jobs: int) -> str:
         """The ETA, and where its unit times come from while the folder has timed none."""
-        own = _durations([u for u in self.units() if u.done()])
-        return _eta_text(eta, jobs) + ("" if own or not self.prior_times else " (from the unit times of --times-from)")
+        timed_here = any(u.done() for u in self.units())
+        return _eta_text(eta, jobs) + ("" if timed_here or not self.prior_times
+                                       else " (from the unit times of --times-from)")
 
     def eta_seconds(self, durations: dict[str, list[tuple[float, float]]], jobs: int) -> float | None:
         """Seconds until this run's units are finished, for a worker that is free now (of ``jobs``; 1: the
