@@ -80,7 +80,8 @@ def _parser_train(sub) -> None:
                        description="The train command with the quickstart's values as defaults (shown below); a "
                                    "--config file overrides them and flags override both.")
     SeedConfig.add_arguments(p, defaults=QUICKSTART)
-    from seed_train.experiment import ARMS, DEFAULT_ARMS, DEFAULT_SPLITS
+    from seed_train.arms import ARMS, DEFAULT_ARMS
+    from seed_train.experiment import DEFAULT_SPLITS
 
     p = sub.add_parser("experiment", help="arms x training seeds on one env: one Stage 1 per seed shared by its arms, "
                                           "evaluation before / after Stage 1 / after Stage 2, paired tests; resumable",

@@ -26,7 +26,7 @@ Version 1 files (the rows spelled out) are still read; writing one rewrites it a
 on a later day, on another machine, append to it; a unit already recorded must give the same outcomes,
 which checks that Stage 1 and the evaluations are deterministic per seed); ``seed-train report RECORD``
 rebuilds the experiment's report (report.json, report.md, curves) from the record alone, with the same
-code the experiment uses (:func:`seed_train.experiment.report_from_results`), no model needed.
+code the experiment uses (:func:`seed_train.experiment_report.report_from_results`), no model needed.
 Every experiment also writes its own folder's record (``record.jsonl``) with each report.
 """
 from __future__ import annotations
@@ -42,7 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from seed_train.experiment import read_json_file, recorded_decoding  # (experiment imports this module lazily)
+from seed_train.arms import stage2_start
+from seed_train.experiment import read_json_file  # (experiment imports this module lazily)
+from seed_train.experiment_report import plot_histories, recorded_decoding, report_from_results, report_markdown
 
 RECORD_KIND = "seed-gym experiment record"
 VERSION = 2
@@ -408,16 +410,13 @@ def record_experiment(folder: str | Path, record_path: str | Path) -> dict[str, 
 
 
 def report_from_record(record: Record) -> dict[str, Any]:
-    """The experiment report (:func:`seed_train.experiment.report_from_results`) from a record alone."""
-    from seed_train.experiment import arm_overrides, report_from_results
-
+    """The experiment report (:func:`seed_train.experiment_report.report_from_results`) from a record alone."""
     config = record.header["config"]
     arms = record.arms
     return report_from_results(
         record.results(), env_id=record.header["env_id"], arms=arms, seeds=record.seeds,
         splits=record.header["splits"], eval_decoding=record.header["eval_decoding"],
-        starts={a: "after_stage1" if arm_overrides(a).get("stage1_demos", config["stage1_demos"]) > 0 else "before"
-                for a in arms},
+        starts={a: stage2_start(a, config["stage1_demos"]) for a in arms},
         has_stage1=any(k[0] == "stage1" for k in record.units), unfinished=[])
 
 
@@ -432,8 +431,6 @@ def histories(record: Record) -> dict[str, list[list[dict[str, Any]]]]:
 
 def write_report_from_record(record_path: str | Path, out_dir: str | Path) -> dict[str, Any]:
     """``seed-train report``: report.json, report.md and the curves of a record, in ``out_dir``."""
-    from seed_train.experiment import plot_histories, report_markdown
-
     record = read_record(record_path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

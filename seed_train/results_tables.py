@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from seed_train.experiment import decoding_phrase
+from seed_train.experiment_report import decoding_phrase
 from seed_train.seed_statistics import (COMPARISON_HEADER, READING_NOTE, comparison_row, compare_over_seeds,
                                         sample_sd, with_holm)
 

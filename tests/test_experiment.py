@@ -12,7 +12,8 @@ import toy_env  # noqa: F401  (registers test/Echo-v0)
 import seed_train.trainer as trainer
 from seed_train.config import SeedConfig
 from seed_train.evaluate import aggregate_runs, mcnemar_exact, paired_test
-from seed_train.experiment import ARMS, Experiment, arms_markdown
+from seed_train.arms import ARMS, arms_markdown
+from seed_train.experiment import Experiment
 from wrappers import read_trajectories
 
 pytestmark = pytest.mark.usefixtures("keep_torch_rng")
@@ -80,7 +81,7 @@ def test_arms_table_and_plan_validation(tmp_path, tiny_path):
     assert ARMS["grpo"] == {"stage1_demos": 0, "opd_coef": 0.0} and ARMS["sft-grpo"] == {"opd_coef": 0.0}
     assert "| `seed-shuffled` | `--skill-source shuffled` |" in arms_markdown()
     docs = (Path(__file__).resolve().parents[1] / "docs" / "trainer.md").read_text(encoding="utf-8")
-    table = docs.split("<!-- arms:begin (generated: seed_train.experiment.arms_markdown) -->", 1)[1]
+    table = docs.split("<!-- arms:begin (generated: seed_train.arms.arms_markdown) -->", 1)[1]
     assert table.split("<!-- arms:end -->", 1)[0].strip() == arms_markdown(), "docs/trainer.md arms table is stale"
     base = SeedConfig(env_id="test/Echo-v0", model=tiny_path, lora=False)
     with pytest.raises(ValueError, match="arm 'seed-static'.*static_skills"):
@@ -103,7 +104,7 @@ def test_arms_table_and_plan_validation(tmp_path, tiny_path):
     with pytest.raises(ValueError, match="arm 'seed-shuffled-categories'.*balance"):
         Experiment.plan(base, ["seed-shuffled-categories"], [0], tmp_path / "x")
     # An arm with field values after '@': the matched-step-size control, SFT+GRPO at another learning rate.
-    from seed_train.experiment import arm_overrides
+    from seed_train.arms import arm_overrides
 
     assert arm_overrides("sft-grpo@lr=1e-4") == {"opd_coef": 0.0, "lr": 1e-4}
     assert arm_overrides("seed@opd-gate=constant,opd_coef=0.5") == {"skill_source": "on_policy", "opd_gate": "constant",
@@ -167,7 +168,7 @@ def test_experiment_two_arms_two_seeds_shared_stage1_paired_and_resumable(tmp_pa
         "ETA 0s")
     assert calls == {"stage1": 1, "train": 1} and not (exp / "seed0" / "seed").exists()
     assert json.loads((exp / "report.json").read_text())["unfinished"] == ["seed 0 arm sft-grpo", "seed 0 arm seed"]
-    from seed_train.experiment import report_markdown
+    from seed_train.experiment_report import report_markdown
     from seed_train.records import read_record, report_from_record
 
     baselines = report_markdown(report_from_record(read_record(exp / "record.jsonl")))  # the record: no arm yet
@@ -461,7 +462,7 @@ def test_seed_eval_config_reproduces_the_runs_own_evaluation(tmp_path, tiny_path
 
 
 def test_report_lists_success_per_category_when_the_panel_has_several():
-    from seed_train.experiment import category_table
+    from seed_train.experiment_report import category_table
 
     def row(**cats):
         return {"per_seed": [{"seed": 0}, {"seed": 2}],

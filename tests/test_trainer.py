@@ -209,7 +209,7 @@ def test_sampled_evaluation_draws_from_the_nucleus_it_is_given(tiny_policy, tmp_
 
 
 def test_the_evaluation_decodes_with_the_rollouts_nucleus_where_it_samples(tiny_policy):
-    from seed_train.experiment import decoding_phrase, recorded_decoding
+    from seed_train.experiment_report import decoding_phrase, recorded_decoding
     from seed_train.trainer import eval_decoding
 
     sampled = SeedConfig(eval_temperature=1.0, eval_samples=2, top_p=0.9)
