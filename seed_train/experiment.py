@@ -468,6 +468,7 @@ class Experiment:
         if unit.done():
             return self.add_panels(unit)
         t0 = time.perf_counter()
+        earlier = 0.0  # a resumed arm's iterations trained by the interrupted process(es)
         result: dict[str, Any] = {"kind": unit.kind, "seed": unit.seed, "arm": unit.arm}
         if unit.kind == "before":
             model, stage = self.base.model, "before"
@@ -482,15 +483,18 @@ class Experiment:
                                           resume=str(resume) if resume else None)
                 if cfg.resume is None and unit.run_dir.exists():
                     shutil.rmtree(unit.run_dir)  # an interrupted start: its logs and trajectories would be appended to
+                if cfg.resume:
+                    earlier = kept_iterations_seconds(unit.run_dir, Path(cfg.resume))
+                    result["resumed"] = {"from": Path(cfg.resume).name, "earlier_seconds": earlier}
                 train(cfg, say=say)
-                result["train_seconds"] = time.perf_counter() - t0  # (a rerun that only evaluates has none)
+                result["train_seconds"] = time.perf_counter() - t0 + earlier  # (a rerun that only evaluates has none)
             result["train"] = read_json_file(unit.run_dir / "results.json")
             model, stage = unit.run_dir / "final", ("after_stage1" if unit.kind == "stage1" else "after")
             if unit.kind == "arm":
                 result["overrides"] = arm_overrides(unit.arm)
-                result["start"] = "after_stage1" if uses_stage1(self.base, unit.arm) else "before"
+                result["start"] = stage2_start(unit.arm, self.base.stage1_demos)
         result["evals"] = self.evaluate(model, unit.seed, unit.folder, stage)
-        result["seconds"] = time.perf_counter() - t0
+        result["seconds"] = time.perf_counter() - t0 + earlier
         _write_results(unit, result)
         return result
 
@@ -559,6 +563,17 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     from seed_train.checkpoint import latest_checkpoint as latest
 
     return latest(run_dir)
+
+
+def kept_iterations_seconds(run_dir: Path, checkpoint: Path) -> float:
+    """The logged time (``iteration_s``) of the iterations a resume from ``checkpoint`` keeps: what the
+    interrupted process(es) spent on them. A resumed unit adds it to its ``seconds`` and ``train_seconds``,
+    so that they say what the unit took as if it had run in one go (an ETA reads them), not what the last
+    process took; the lost work after the checkpoint and the earlier processes' start-up are not counted."""
+    from seed_train.checkpoint import read_checkpoint_meta
+
+    last = int(read_checkpoint_meta(checkpoint)["iteration"])
+    return sum(float(m.get("iteration_s", 0.0)) for m in read_metrics(run_dir) if m["iteration"] <= last)
 
 
 def panel_work(unit: Unit) -> Unit:

@@ -275,6 +275,9 @@ def unit_entry(experiment: Any, unit: Any) -> dict[str, Any]:
         entry["train_seconds"] = round(float(result["train_seconds"]), 1)
     if result.get("added_eval_seconds"):
         entry["added_eval_seconds"] = {k: round(float(v), 1) for k, v in result["added_eval_seconds"].items()}
+    if result.get("resumed"):  # its times include the earlier process's kept iterations (experiment.run_unit)
+        entry["resumed"] = {"from": result["resumed"]["from"],
+                            "earlier_seconds": round(float(result["resumed"]["earlier_seconds"]), 1)}
     if unit.kind == "arm":
         entry["overrides"] = result.get("overrides")
     if unit.kind != "before":

@@ -10,10 +10,11 @@ import pytest
 import toy_env  # noqa: F401  (registers test/Echo-v0)
 
 import seed_train.trainer as trainer
+from seed_train.arms import ARMS, arms_markdown
 from seed_train.config import SeedConfig
 from seed_train.evaluate import aggregate_runs, mcnemar_exact, paired_test
-from seed_train.arms import ARMS, arms_markdown
 from seed_train.experiment import Experiment
+from seed_train.logs import read_metrics
 from wrappers import read_trajectories
 
 pytestmark = pytest.mark.usefixtures("keep_torch_rng")
@@ -258,6 +259,13 @@ def test_experiment_two_arms_two_seeds_shared_stage1_paired_and_resumable(tmp_pa
     assert main_train(argv) == 0
     assert calls == {"stage1": 0, "train": 1} and "resuming from iter0000" in capsys.readouterr().out
     assert json.loads((arm_dir / "run" / "config.json").read_text())["resume"].endswith("iter0000")
+    # Its times count the kept iteration the interrupted process trained, as logged, besides its own.
+    (kept,) = [m["iteration_s"] for m in read_metrics(arm_dir / "run")]
+    resumed = json.loads((arm_dir / "results.json").read_text())
+    assert resumed["resumed"] == {"from": "iter0000", "earlier_seconds": kept} and kept > 0
+    assert resumed["seconds"] > resumed["train_seconds"] > kept
+    entry = read_record(exp / "record.jsonl").units[("arm", 1, "seed")]
+    assert entry["resumed"] == {"from": "iter0000", "earlier_seconds": round(kept, 1)}
     assert json.loads((exp / "report.json").read_text())["splits"]["test"]["paired"][0]["pairs"] == 8
     # A different base config in the same folder is refused before any work.
     assert main_train([*argv, "--lr", "1e-3"]) == 2
