@@ -407,11 +407,15 @@ class Experiment:
         (:func:`panel_work`), at the time such evaluations took (of the unit's kind, else of any)."""
         now = time.time()
         pending = [u if not u.done() else panel_work(u) for u in self.claim_order() if self.pending(u)]
-        running = {u: now - u.lock_path.stat().st_mtime for u in pending if _held_elsewhere(u)}
+        # A resumed arm has run, besides its holder's time (its lock's age), the iterations its checkpoint kept.
+        running = {u: now - u.lock_path.stat().st_mtime + trained_earlier(u, held=True)
+                   for u in pending if _held_elsewhere(u)}
+        queue = [u for u in pending if u not in running]
         # Seeds whose Stage 1 has trained: finished ones (not pending) too, or their arms would never be ready.
         trained = {u.seed for u in self.units() if u.kind == "stage1" and (u.run_dir / "results.json").is_file()}
-        return schedule_end([u for u in pending if u not in running], running, durations, jobs, trained,
-                            needs_stage1=lambda u: u.kind == "arm" and uses_stage1(self.base, u.arm))
+        return schedule_end(queue, running, durations, jobs, trained,
+                            needs_stage1=lambda u: u.kind == "arm" and uses_stage1(self.base, u.arm),
+                            done={u: seconds for u in queue if (seconds := trained_earlier(u, held=False))})
 
     def run_parallel(self, jobs: int, say: Callable[[str], None] = print, poll_s: float = 5.0) -> dict[str, Any]:
         """The units in ``jobs`` worker processes (each with ``threads`` torch threads): a seed's arms run side
@@ -576,6 +580,20 @@ def kept_iterations_seconds(run_dir: Path, checkpoint: Path) -> float:
     return sum(float(m.get("iteration_s", 0.0)) for m in read_metrics(run_dir) if m["iteration"] <= last)
 
 
+def trained_earlier(unit: Unit, *, held: bool) -> float:
+    """Seconds of an arm's training that earlier processes did and a resume keeps (:func:`kept_iterations_seconds`):
+    for a unit another process holds (``held``), the iterations of the checkpoint it resumed from (its run's
+    config.json ``resume``); for a queued one, those of its latest checkpoint. 0 for other units, and where the
+    run's files cannot be read (the ETA then counts the unit whole)."""
+    if unit.kind != "arm" or not unit.run_dir.is_dir() or (unit.run_dir / "results.json").is_file():
+        return 0.0
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+        resume = (read_json_file(unit.run_dir / "config.json").get("resume") if held
+                  else latest_checkpoint(unit.run_dir))
+        return kept_iterations_seconds(unit.run_dir, Path(resume)) if resume else 0.0
+    return 0.0
+
+
 def panel_work(unit: Unit) -> Unit:
     """A finished unit's evaluation on an added panel, as the ETA schedules it: kind ``panels``, timed by
     :func:`_durations` under ``"<kind> panels"`` (else ``panels``), ready at once."""
@@ -621,13 +639,15 @@ def _eta_text(seconds: float | None, jobs: int) -> str:
 
 def schedule_end(queue: Sequence[Unit], running: dict[Unit, float], durations: dict[str, list[tuple[float, float]]],
                  jobs: int, trained: set[int] = frozenset(), *,
-                 needs_stage1: Callable[[Unit], bool] = lambda u: u.kind == "arm") -> float | None:
+                 needs_stage1: Callable[[Unit], bool] = lambda u: u.kind == "arm",
+                 done: dict[Unit, float] | None = None) -> float | None:
     """When ``jobs`` workers that take ``queue``'s units in order, each the first one ready when a worker is
     free, have finished them: list scheduling on mean unit times. ``running``: unit -> seconds it has run (on
     another worker); ``durations``: :func:`_durations`; ``trained``: seeds whose Stage 1 has trained (their
     arms are ready); an arm that ``needs_stage1`` is ready once its seed's Stage 1 has run its mean training
     time. An arm not run yet takes the mean of the arms run; None where a unit's kind has no finished unit (a
-    base model's evaluation says nothing of Stage 1's time)."""
+    base model's evaluation says nothing of Stage 1's time). ``done``: seconds of a queued unit's work that a
+    resume keeps (:func:`trained_earlier`), taken off its time."""
     import heapq
 
     if any(not (durations.get(u.arm or u.kind) or durations.get(u.kind)) for u in [*queue, *running]):
@@ -659,6 +679,7 @@ def schedule_end(queue: Sequence[Unit], running: dict[Unit, float], durations: d
             continue
         unit = left.pop(pick)
         seconds, training = mean(unit)
+        seconds = max(0.0, seconds - (done or {}).get(unit, 0.0))
         if unit.kind == "stage1":
             ready_at[unit.seed] = t + training
         end = max(end, t + seconds)

@@ -209,6 +209,50 @@ def test_the_eta_counts_the_arms_of_seeds_whose_stage1_finished_before(tmp_path,
     assert schedule_end([arm], {}, times, jobs=2) is None
 
 
+def test_the_eta_takes_off_what_a_resumed_arm_has_trained(tmp_path, tiny_path):
+    """An arm interrupted after a checkpoint resumes from it: the ETA counts the iterations the checkpoint keeps
+    (their logged iteration_s) as done, for a queued arm and for one another process has resumed. ALFWorld's
+    seed-wrong-rule (2026-12-06) resumed with 2 of its 4 iterations kept; the ETA had counted it whole."""
+    import os
+
+    from seed_train.experiment import schedule_end
+
+    folder = tmp_path / "seed6"
+    arms = [Unit("arm", 6, folder / arm, arm) for arm in ("sft-grpo", "seed", "seed-wrong-rule")]
+    times = {"sft-grpo": [(1128.0, 1128.0)], "seed": [(1715.0, 1715.0)], "seed-wrong-rule": [(1570.0, 1570.0)]}
+    # By hand: w1 sft-grpo 0-1,128, w2 seed 0-1,715, then w1 the wrong-rule arm's 1,570 - 570 s: 1,128-2,128.
+    assert schedule_end(arms, {}, times, jobs=2, trained={6}, done={arms[2]: 570.0}) == pytest.approx(2128.0)
+    assert schedule_end(arms, {}, times, jobs=2, trained={6}) == pytest.approx(1128 + 1570)
+
+    experiment = TimedUnits.plan(_base(tiny_path), ("sft-grpo", "seed"), [0], tmp_path / "exp")
+    for unit in experiment.units():
+        if unit.kind != "arm":
+            unit.run_dir.mkdir(parents=True)
+            (unit.run_dir / "results.json").write_text("{}")  # (Stage 1's: trained)
+            unit.results_path.write_text(json.dumps({"seconds": 1.0, "evals": {s: {} for s in experiment.splits}}))
+    arm = next(u for u in experiment.units() if u.arm == "seed")
+    checkpoint = arm.run_dir / "checkpoints" / "iter0000"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "meta.json").write_text(json.dumps({"iteration": 0}))
+    # Iteration 0 is kept (500 s); iteration 1 ran past the checkpoint and is lost: it is redone.
+    (arm.run_dir / "metrics.jsonl").write_text("".join(json.dumps({"iteration": i, "iteration_s": t}) + "\n"
+                                                       for i, t in ((0, 500.0), (1, 700.0))))
+    times = {"stage1": [(1085.0, 830.0)], "before": [(178.0, 178.0)], "sft-grpo": [(1128.0, 1128.0)],
+             "seed": [(3000.0, 3000.0)]}
+    assert experiment.eta_seconds(times, jobs=1) == pytest.approx(1128 + 3000 - 500)
+    assert experiment.eta_seconds(times, jobs=2) == pytest.approx(3000 - 500)
+    # Another live process holds it, resumed from that checkpoint 100 s ago: 3,000 - 600 s left, beside this
+    # worker's sft-grpo (0-1,128).
+    (arm.run_dir / "config.json").write_text(json.dumps({"resume": str(checkpoint)}))
+    arm.folder.mkdir(parents=True, exist_ok=True)
+    arm.lock_path.write_text(f"pid {os.getppid()}")
+    os.utime(arm.lock_path, (time.time() - 100, time.time() - 100))
+    assert experiment.eta_seconds(times, jobs=2) == pytest.approx(2400.0, abs=5)
+    # The holder started afresh (no resume): its lock's age alone.
+    (arm.run_dir / "config.json").write_text(json.dumps({"resume": None}))
+    assert experiment.eta_seconds(times, jobs=2) == pytest.approx(2900.0, abs=5)
+
+
 def test_the_eta_reads_an_earlier_runs_unit_times_until_the_folder_has_its_own(tmp_path, tiny_path):
     """--times-from: a record's unit times (records.recorded_times) give the ETA before this run has timed any
     unit. By hand, one seed on 2 workers: Stage 1 0-1,085 (trained at 830), the base model 0-178, sft-grpo
