@@ -491,7 +491,10 @@ class Experiment:
                     earlier = kept_iterations_seconds(unit.run_dir, Path(cfg.resume))
                     result["resumed"] = {"from": Path(cfg.resume).name, "earlier_seconds": earlier}
                 train(cfg, say=say)
-                result["train_seconds"] = time.perf_counter() - t0 + earlier  # (a rerun that only evaluates has none)
+            else:  # trained by a process that did not live to evaluate it: that training's time, from its files
+                earlier = finished_training_seconds(unit.run_dir)
+                result["resumed"] = {"from": "final", "earlier_seconds": earlier}
+            result["train_seconds"] = time.perf_counter() - t0 + earlier
             result["train"] = read_json_file(unit.run_dir / "results.json")
             model, stage = unit.run_dir / "final", ("after_stage1" if unit.kind == "stage1" else "after")
             if unit.kind == "arm":
@@ -578,6 +581,24 @@ def kept_iterations_seconds(run_dir: Path, checkpoint: Path) -> float:
 
     last = int(read_checkpoint_meta(checkpoint)["iteration"])
     return sum(float(m.get("iteration_s", 0.0)) for m in read_metrics(run_dir) if m["iteration"] <= last)
+
+
+def finished_training_seconds(run_dir: Path) -> float:
+    """What a run's training took, for a unit whose training finished in a process that did not live to evaluate
+    it: the trainer's ``seconds`` in its results.json (that process's wall time) plus the iterations kept from
+    the checkpoint that process resumed from (its config.json ``resume``; :func:`kept_iterations_seconds`). A
+    run trained before results.json carried ``seconds``: its logged Stage 2 iterations (``iteration_s``; none
+    for a Stage 1 unit, which then counts 0)."""
+    from seed_train.checkpoint import CheckpointError
+
+    train = read_json_file(run_dir / "results.json")
+    if "seconds" not in train:
+        return sum(float(m.get("iteration_s", 0.0)) for m in read_metrics(run_dir))
+    resume = read_json_file(run_dir / "config.json").get("resume")
+    kept = 0.0
+    with contextlib.suppress(CheckpointError, OSError, ValueError, KeyError):  # a checkpoint deleted since: not counted
+        kept = kept_iterations_seconds(run_dir, Path(resume)) if resume else 0.0
+    return float(train["seconds"]) + kept
 
 
 def trained_earlier(unit: Unit, *, held: bool) -> float:

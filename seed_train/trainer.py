@@ -605,6 +605,7 @@ def run(cfg: SeedConfig, say: Callable[[str], None] = say_line) -> dict[str, Any
     Four named phases: the launch (processes, weight layout, the policy, the run folder), evaluation and
     Stage 1 up to θ_0 (or a resumed Stage 2's start), the Stage 2 iterations, and the final evaluation
     and saved policy."""
+    started = time.perf_counter()
     cfg, layout, main = launch(cfg)
     if not main:
         say = _silent
@@ -616,7 +617,7 @@ def run(cfg: SeedConfig, say: Callable[[str], None] = say_line) -> dict[str, Any
     results: dict[str, Any] = {}
     start = resume_stage2_start(policy, cfg) if cfg.resume else up_to_stage2(policy, cfg, layout, results, say)
     stage2(policy, cfg, layout, start, results, say)
-    finish(policy, cfg, results, say)
+    finish(policy, cfg, results, say, started)
     return results
 
 
@@ -743,8 +744,12 @@ def iterations_eta(elapsed_s: float, done: int, left: int) -> str:
     return clock(elapsed_s / done * left) if left > 0 and done > 0 else ""
 
 
-def finish(policy: Policy, cfg: SeedConfig, results: dict[str, Any], say: Callable[[str], None]) -> None:
-    """The trained weights gathered and synced, the final evaluation, the saved policy, results and report."""
+def finish(policy: Policy, cfg: SeedConfig, results: dict[str, Any], say: Callable[[str], None],
+           started: float) -> None:
+    """The trained weights gathered and synced, the final evaluation, the saved policy, results and report.
+    ``started``: the run's ``time.perf_counter()`` at its start; results.json's ``seconds`` is this process's
+    wall time (a resumed run's earlier processes not included), which lets ``seed-train experiment`` time a
+    unit whose training finished in a process that did not live to evaluate it."""
     out, main = Path(cfg.output_dir), dist_info().is_main
     if policy.layout.wraps_model:
         gather_whole_policy(policy, cfg)  # (syncs the generation backend)
@@ -758,6 +763,7 @@ def finish(policy: Policy, cfg: SeedConfig, results: dict[str, Any], say: Callab
             save_final_policy(policy, out / "final")
         # Written whole or not at all (a temporary file renamed): its existence means "training finished"
         # to seed-train experiment, so a process killed mid-write must not leave half a file.
+        results["seconds"] = round(time.perf_counter() - started, 1)
         tmp = out / f"results.json.tmp{os.getpid()}"
         tmp.write_text(json.dumps(results, indent=1))
         tmp.replace(out / "results.json")

@@ -267,6 +267,19 @@ def test_experiment_two_arms_two_seeds_shared_stage1_paired_and_resumable(tmp_pa
     entry = read_record(exp / "record.jsonl").units[("arm", 1, "seed")]
     assert entry["resumed"] == {"from": "iter0000", "earlier_seconds": round(kept, 1)}
     assert json.loads((exp / "report.json").read_text())["splits"]["test"]["paired"][0]["pairs"] == 8
+    # An arm whose training finished in a process that did not live to evaluate it is evaluated, not trained
+    # again, and its times count that training: the trainer's own wall time (its results.json `seconds`) and
+    # the iteration kept from the checkpoint that trainer resumed from.
+    trainer_seconds = json.loads((arm_dir / "run" / "results.json").read_text())["seconds"]
+    assert trainer_seconds > 0
+    (arm_dir / "results.json").unlink()
+    calls.update(stage1=0, train=0)
+    assert main_train(argv) == 0
+    assert calls == {"stage1": 0, "train": 0} and "trained earlier; evaluating" in capsys.readouterr().out
+    evaluated = json.loads((arm_dir / "results.json").read_text())
+    assert evaluated["resumed"] == {"from": "final", "earlier_seconds": pytest.approx(trainer_seconds + kept)}
+    assert evaluated["seconds"] > evaluated["train_seconds"] >= trainer_seconds + kept
+    assert read_record(exp / "record.jsonl").units[("arm", 1, "seed")]["resumed"]["from"] == "final"
     # A different base config in the same folder is refused before any work.
     assert main_train([*argv, "--lr", "1e-3"]) == 2
     assert "other values of ['lr']" in capsys.readouterr().err
