@@ -591,14 +591,14 @@ def finished_training_seconds(run_dir: Path) -> float:
     for a Stage 1 unit, which then counts 0)."""
     from seed_train.checkpoint import CheckpointError
 
-    train = read_json_file(run_dir / "results.json")
-    if "seconds" not in train:
+    seconds = read_json_file(run_dir / "results.json").get("seconds")
+    if not isinstance(seconds, (int, float)):
         return sum(float(m.get("iteration_s", 0.0)) for m in read_metrics(run_dir))
-    resume = read_json_file(run_dir / "config.json").get("resume")
     kept = 0.0
-    with contextlib.suppress(CheckpointError, OSError, ValueError, KeyError):  # a checkpoint deleted since: not counted
+    with contextlib.suppress(CheckpointError, OSError, ValueError, KeyError, TypeError):  # unreadable: not counted
+        resume = read_json_file(run_dir / "config.json").get("resume")
         kept = kept_iterations_seconds(run_dir, Path(resume)) if resume else 0.0
-    return float(train["seconds"]) + kept
+    return float(seconds) + kept
 
 
 def trained_earlier(unit: Unit, *, held: bool) -> float:

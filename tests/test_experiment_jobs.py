@@ -253,6 +253,32 @@ def test_the_eta_takes_off_what_a_resumed_arm_has_trained(tmp_path, tiny_path):
     assert experiment.eta_seconds(times, jobs=2) == pytest.approx(2900.0, abs=5)
 
 
+def test_a_unit_evaluated_after_its_trainer_died_counts_the_training_its_files_show(tmp_path):
+    """finished_training_seconds, worked by hand: the trainer's `seconds` plus the iterations it resumed from;
+    a run from before the trainer wrote `seconds`: its logged iterations; a resume checkpoint gone or a config.json
+    unreadable: the trainer's `seconds` alone (an estimate must not stop an evaluation). ALFWorld seed 1's
+    sft-grpo (2026-12-06), trained in one session and evaluated in the next, had recorded its evaluation only."""
+    from seed_train.experiment import finished_training_seconds
+
+    run = tmp_path / "run"
+    checkpoint = run / "checkpoints" / "iter0001"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "meta.json").write_text(json.dumps({"iteration": 1}))
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"iteration": i, "iteration_s": t}) + "\n"
+                                               for i, t in ((0, 400.0), (1, 300.0), (2, 250.0), (3, 200.0))))
+    (run / "results.json").write_text(json.dumps({"after": {}}))  # trained before the trainer wrote `seconds`
+    assert finished_training_seconds(run) == pytest.approx(1150.0)
+    (run / "results.json").write_text(json.dumps({"after": {}, "seconds": 480.0}))
+    (run / "config.json").write_text(json.dumps({"resume": None}))  # one process trained it all
+    assert finished_training_seconds(run) == pytest.approx(480.0)
+    (run / "config.json").write_text(json.dumps({"resume": str(checkpoint)}))  # iterations 0-1 kept from before
+    assert finished_training_seconds(run) == pytest.approx(480.0 + 400.0 + 300.0)
+    (checkpoint / "meta.json").unlink()  # that checkpoint deleted since
+    assert finished_training_seconds(run) == pytest.approx(480.0)
+    (run / "config.json").write_text("{not json")
+    assert finished_training_seconds(run) == pytest.approx(480.0)
+
+
 def test_the_eta_reads_an_earlier_runs_unit_times_until_the_folder_has_its_own(tmp_path, tiny_path):
     """--times-from: a record's unit times (records.recorded_times) give the ETA before this run has timed any
     unit. By hand, one seed on 2 workers: Stage 1 0-1,085 (trained at 830), the base model 0-178, sft-grpo
