@@ -473,6 +473,7 @@ class Experiment:
             return self.add_panels(unit)
         t0 = time.perf_counter()
         earlier = 0.0  # a resumed arm's iterations trained by the interrupted process(es)
+        train_time_known = True
         result: dict[str, Any] = {"kind": unit.kind, "seed": unit.seed, "arm": unit.arm}
         if unit.kind == "before":
             model, stage = self.base.model, "before"
@@ -492,9 +493,15 @@ class Experiment:
                     result["resumed"] = {"from": Path(cfg.resume).name, "earlier_seconds": earlier}
                 train(cfg, say=say)
             else:  # trained by a process that did not live to evaluate it: that training's time, from its files
-                earlier = finished_training_seconds(unit.run_dir)
-                result["resumed"] = {"from": "final", "earlier_seconds": earlier}
-            result["train_seconds"] = time.perf_counter() - t0 + earlier
+                finished = finished_training_seconds(unit.run_dir)
+                train_time_known = finished is not None
+                if not train_time_known:  # no time in its files: train_seconds left out rather than said ~0
+                    say(f"    its training time is not in {unit.run_dir}: its times count the evaluation only")
+                else:
+                    earlier = finished
+                    result["resumed"] = {"from": "final", "earlier_seconds": earlier}
+            if train_time_known:
+                result["train_seconds"] = time.perf_counter() - t0 + earlier
             result["train"] = read_json_file(unit.run_dir / "results.json")
             model, stage = unit.run_dir / "final", ("after_stage1" if unit.kind == "stage1" else "after")
             if unit.kind == "arm":
@@ -583,21 +590,28 @@ def kept_iterations_seconds(run_dir: Path, checkpoint: Path) -> float:
     return sum(float(m.get("iteration_s", 0.0)) for m in read_metrics(run_dir) if m["iteration"] <= last)
 
 
-def finished_training_seconds(run_dir: Path) -> float:
+def resume_kept_seconds(run_dir: Path) -> float:
+    """The logged time of the iterations a run's own process resumed with (its config.json ``resume``;
+    :func:`kept_iterations_seconds`): 0 for a run started afresh. Raises where the run's files cannot be read."""
+    resume = read_json_file(run_dir / "config.json").get("resume")
+    return kept_iterations_seconds(run_dir, Path(resume)) if resume else 0.0
+
+
+def finished_training_seconds(run_dir: Path) -> float | None:
     """What a run's training took, for a unit whose training finished in a process that did not live to evaluate
     it: the trainer's ``seconds`` in its results.json (that process's wall time) plus the iterations kept from
-    the checkpoint that process resumed from (its config.json ``resume``; :func:`kept_iterations_seconds`). A
-    run trained before results.json carried ``seconds``: its logged Stage 2 iterations (``iteration_s``; none
-    for a Stage 1 unit, which then counts 0)."""
+    the checkpoint that process resumed from (:func:`resume_kept_seconds`; not counted where unreadable). A run
+    trained before results.json carried ``seconds``: its logged Stage 2 iterations (``iteration_s``), and None
+    (not known) where none were logged (a Stage 1 unit)."""
     from seed_train.checkpoint import CheckpointError
 
     seconds = read_json_file(run_dir / "results.json").get("seconds")
     if not isinstance(seconds, (int, float)):
-        return sum(float(m.get("iteration_s", 0.0)) for m in read_metrics(run_dir))
+        logged = [float(m.get("iteration_s", 0.0)) for m in read_metrics(run_dir)]
+        return sum(logged) if logged else None
     kept = 0.0
     with contextlib.suppress(CheckpointError, OSError, ValueError, KeyError, TypeError):  # unreadable: not counted
-        resume = read_json_file(run_dir / "config.json").get("resume")
-        kept = kept_iterations_seconds(run_dir, Path(resume)) if resume else 0.0
+        kept = resume_kept_seconds(run_dir)
     return float(seconds) + kept
 
 
@@ -609,9 +623,10 @@ def trained_earlier(unit: Unit, *, held: bool) -> float:
     if unit.kind != "arm" or not unit.run_dir.is_dir() or (unit.run_dir / "results.json").is_file():
         return 0.0
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
-        resume = (read_json_file(unit.run_dir / "config.json").get("resume") if held
-                  else latest_checkpoint(unit.run_dir))
-        return kept_iterations_seconds(unit.run_dir, Path(resume)) if resume else 0.0
+        if held:
+            return resume_kept_seconds(unit.run_dir)
+        latest = latest_checkpoint(unit.run_dir)
+        return kept_iterations_seconds(unit.run_dir, latest) if latest else 0.0
     return 0.0
 
 

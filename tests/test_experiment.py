@@ -280,6 +280,18 @@ def test_experiment_two_arms_two_seeds_shared_stage1_paired_and_resumable(tmp_pa
     assert evaluated["resumed"] == {"from": "final", "earlier_seconds": pytest.approx(trainer_seconds + kept)}
     assert evaluated["seconds"] > evaluated["train_seconds"] >= trainer_seconds + kept
     assert read_record(exp / "record.jsonl").units[("arm", 1, "seed")]["resumed"]["from"] == "final"
+    # A Stage 1 trained before the trainer wrote `seconds` (nothing logged to sum): its training time is not
+    # known, so its unit says none (no train_seconds, no resumed) rather than ~0.
+    stage1_dir = exp / "seed1" / "stage1"
+    trained = json.loads((stage1_dir / "run" / "results.json").read_text())
+    (stage1_dir / "run" / "results.json").write_text(json.dumps({k: v for k, v in trained.items() if k != "seconds"}))
+    (stage1_dir / "results.json").unlink()
+    assert main_train(argv) == 0
+    assert calls == {"stage1": 0, "train": 0} and "its training time is not in" in capsys.readouterr().out
+    evaluated = json.loads((stage1_dir / "results.json").read_text())
+    assert "train_seconds" not in evaluated and "resumed" not in evaluated and evaluated["seconds"] > 0
+    entry = read_record(exp / "record.jsonl").units[("stage1", 1, None)]
+    assert "train_seconds" not in entry and "resumed" not in entry
     # A different base config in the same folder is refused before any work.
     assert main_train([*argv, "--lr", "1e-3"]) == 2
     assert "other values of ['lr']" in capsys.readouterr().err

@@ -256,8 +256,9 @@ def test_the_eta_takes_off_what_a_resumed_arm_has_trained(tmp_path, tiny_path):
 def test_a_unit_evaluated_after_its_trainer_died_counts_the_training_its_files_show(tmp_path):
     """finished_training_seconds, worked by hand: the trainer's `seconds` plus the iterations it resumed from;
     a run from before the trainer wrote `seconds`: its logged iterations; a resume checkpoint gone or a config.json
-    unreadable: the trainer's `seconds` alone (an estimate must not stop an evaluation). ALFWorld seed 1's
-    sft-grpo (2026-12-06), trained in one session and evaluated in the next, had recorded its evaluation only."""
+    unreadable: the trainer's `seconds` alone (an estimate must not stop an evaluation); nothing to go by: None.
+    ALFWorld seed 1's sft-grpo (2026-12-06), trained in one session and evaluated in the next, had recorded its
+    evaluation only."""
     from seed_train.experiment import finished_training_seconds
 
     run = tmp_path / "run"
@@ -277,6 +278,11 @@ def test_a_unit_evaluated_after_its_trainer_died_counts_the_training_its_files_s
     assert finished_training_seconds(run) == pytest.approx(480.0)
     (run / "config.json").write_text("{not json")
     assert finished_training_seconds(run) == pytest.approx(480.0)
+    # A Stage 1 run from before `seconds`: no iterations logged, so its time is not known (None), not 0.
+    stage1 = tmp_path / "stage1"
+    stage1.mkdir()
+    (stage1 / "results.json").write_text(json.dumps({"after_stage1": {}}))
+    assert finished_training_seconds(stage1) is None
 
 
 def test_the_eta_reads_an_earlier_runs_unit_times_until_the_folder_has_its_own(tmp_path, tiny_path):
