@@ -3,9 +3,13 @@ rule, an echo of the analyzer's instruction, or something else, and whether the 
 from a lost one.
 
     python benchmarks/skill_kinds.py [RECORD ...] [--arms seed] [--examples 3]
+    python benchmarks/skill_kinds.py --trajectories A.jsonl B.jsonl
 
 Default: every record under ``docs/results/records/`` whose arms wrote skills. No model is loaded: the
 record keeps each skill the teacher saw with its episode's outcome (``seed_train.records.unit_skills``).
+With ``--trajectories``, the skills a Stage 1 policy wrote for its own fresh rollouts instead (the files
+``benchmarks/skill_validity.py --trajectories`` writes), one row per file: e.g. two Stage 1 recipes, with and
+without failure demos, on the same rollout tasks.
 
 Each skill is put in one class:
 
@@ -45,7 +49,7 @@ from seed_envs import hindsight_rules_for, wrong_rule_for
 from seed_envs.hindsight import AVOID, WORKFLOW
 from seed_train.records import read_record, unit_skills
 from seed_train.skills import analyzer_prompt
-from wrappers import Step, Trajectory
+from wrappers import Step, Trajectory, read_trajectories
 
 WRONG = "wrong"
 CLASSES = (WORKFLOW, AVOID, WRONG, "echo", "other")
@@ -163,6 +167,37 @@ def _mean_sd(values: Sequence[float | None], digits: int = 2) -> str:
     return f"{statistics.fmean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
+def _table(title: str, per_arm: dict[str, dict[int, dict]], label: str = "arm") -> list[str]:
+    """Markdown lines: one row per arm (or file) over its seeds' ``unit_summary`` results."""
+    lines = [title, "",
+             f"| {label} | seeds | skills / episodes | wins | " + " | ".join(CLASSES) + " | distinct texts | "
+             "agree | chance | bits | bits, outcomes shuffled | outcome bits |",
+             "|---|---:|---:|---:|" + "---:|" * len(CLASSES) + "---:|---:|---:|---:|---:|---:|"]
+    for arm, seeds in per_arm.items():
+        units = list(seeds.values())
+        skills = sum(u["skills"] for u in units)
+        share = {c: sum(u["counts"][c] for u in units) / max(1, skills) for c in CLASSES}
+        lines.append(
+            f"| {arm} | {len(units)} | {skills} / {sum(u['episodes'] for u in units)} | "
+            f"{sum(u['wins'] for u in units) / max(1, skills):.0%} | "
+            + " | ".join(f"{share[c]:.0%}" for c in CLASSES)
+            + f" | {_mean_sd([u['distinct'] for u in units], 0)} | {_mean_sd([u['agree'] for u in units])} | "
+              f"{_mean_sd([u['chance'] for u in units])} | {_mean_sd([u['bits'] for u in units], 3)} | "
+              f"{_mean_sd([u['shuffled_bits'] for u in units], 3)} | "
+              f"{_mean_sd([u['outcome_bits'] for u in units], 3)} |")
+    return lines
+
+
+def _examples(texts: dict[str, Counter], examples: int) -> list[str]:
+    """Markdown lines: each arm's (or file's) ``examples`` most written texts with their class."""
+    lines = []
+    for arm in texts if examples else ():
+        lines += ["", f"Most written by `{arm}`:"]
+        for (cls, text), n in texts[arm].most_common(examples):
+            lines.append(f"- {n} x ({cls}) {text[:160]}")
+    return lines
+
+
 def record_table(path: Path, arms: Sequence[str] | None = None, match: float = 0.8, examples: int = 0) -> str | None:
     """The markdown table of one record's arms that wrote skills (None: none did)."""
     record = read_record(path)
@@ -186,38 +221,52 @@ def record_table(path: Path, arms: Sequence[str] | None = None, match: float = 0
         texts[arm].update(per_arm[arm][seed]["texts"])
     if not per_arm:
         return None if not fixed else f"### {path.stem}: only fixed skill texts ({', '.join(sorted(fixed))})"
-    lines = [f"### {path.stem} ({env_id}; {len(rules)} rules in the env's tables)", "",
-             "| arm | seeds | skills / episodes | wins | " + " | ".join(CLASSES) + " | distinct texts | "
-             "agree | chance | bits | bits, outcomes shuffled | outcome bits |",
-             "|---|---:|---:|---:|" + "---:|" * len(CLASSES) + "---:|---:|---:|---:|---:|---:|"]
-    for arm, seeds in per_arm.items():
-        units = list(seeds.values())
-        skills = sum(u["skills"] for u in units)
-        share = {c: sum(u["counts"][c] for u in units) / skills for c in CLASSES}
-        lines.append(
-            f"| {arm} | {len(units)} | {skills} / {sum(u['episodes'] for u in units)} | "
-            f"{sum(u['wins'] for u in units) / skills:.0%} | "
-            + " | ".join(f"{share[c]:.0%}" for c in CLASSES)
-            + f" | {_mean_sd([u['distinct'] for u in units], 0)} | {_mean_sd([u['agree'] for u in units])} | "
-              f"{_mean_sd([u['chance'] for u in units])} | {_mean_sd([u['bits'] for u in units], 3)} | "
-              f"{_mean_sd([u['shuffled_bits'] for u in units], 3)} | "
-              f"{_mean_sd([u['outcome_bits'] for u in units], 3)} |")
+    lines = _table(f"### {path.stem} ({env_id}; {len(rules)} rules in the env's tables)", per_arm)
     if fixed:
         lines += ["", f"Left out (fixed skill texts, not the policy's): {', '.join(sorted(fixed))}."]
-    for arm in per_arm if examples else ():
-        lines += ["", f"Most written by `{arm}`:"]
-        for (cls, text), n in texts[arm].most_common(examples):
-            lines.append(f"- {n} x ({cls}) {text[:160]}")
-    return "\n".join(lines)
+    return "\n".join(lines + _examples(texts, examples))
+
+
+def trajectories_table(paths: Sequence[Path], match: float = 0.8, examples: int = 0) -> str:
+    """The same table over trajectory files whose episodes keep their skill in ``meta['skill']`` (None where
+    the analyzer's answer was invalid), as ``benchmarks/skill_validity.py --trajectories`` writes them: one
+    row per file (one policy, one seed: e.g. a Stage 1 policy's fresh rollouts), all of one env."""
+    per_file, rows_of = {}, {}
+    env_ids = set()
+    for path in paths:
+        episodes = list(read_trajectories(path))
+        if not episodes:
+            raise SystemExit(f"{path}: no episodes")
+        if any("skill" not in t.meta for t in episodes):
+            raise SystemExit(f"{path}: an episode without meta['skill'] (write it with skill_validity.py --trajectories)")
+        env_ids |= {t.env_id for t in episodes}
+        rows_of[str(path)] = [(0, t.task_id, t.category, t.success, t.meta["skill"]) for t in episodes]
+    if len(env_ids) != 1:
+        raise SystemExit(f"the files are of {len(env_ids)} envs ({sorted(map(str, env_ids))}): give one env's files")
+    env_id = env_ids.pop()
+    rules, instruction = hindsight_rules_for(env_id), instruction_text()
+    table = rules_with_wrong(rules, env_id, {row[2] for rows in rows_of.values() for row in rows})
+    texts: dict[str, Counter] = defaultdict(Counter)
+    for name, rows in rows_of.items():
+        per_file[name] = {0: unit_summary(rows, table, instruction, match)}
+        texts[name].update(per_file[name][0]["texts"])
+    return "\n".join(_table(f"### {env_id} ({len(rules)} rules in the env's tables)", per_file, label="file")
+                     + _examples(texts, examples))
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("records", nargs="*", type=Path, help="record files (default: docs/results/records/*.jsonl)")
+    p.add_argument("--trajectories", nargs="+", type=Path, default=None, metavar="FILE",
+                   help="classify these trajectory files' skills instead (skill_validity.py --trajectories writes "
+                        "them: a Stage 1 policy's rollouts with the skill it wrote for each), one row per file")
     p.add_argument("--arms", nargs="+", default=None, help="only these arms (default: every arm that wrote skills)")
     p.add_argument("--match", type=float, default=0.8, help="difflib ratio at which a skill recites a rule")
     p.add_argument("--examples", type=int, default=3, help="most written texts shown per arm")
     args = p.parse_args(argv)
+    if args.trajectories:
+        print(trajectories_table(args.trajectories, args.match, args.examples))
+        return 0
     paths = args.records or sorted(RECORDS.glob("*.jsonl"))
     for path in paths:
         table = record_table(path, args.arms, args.match, args.examples)

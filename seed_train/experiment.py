@@ -472,8 +472,8 @@ class Experiment:
         if unit.done():
             return self.add_panels(unit)
         t0 = time.perf_counter()
-        earlier = 0.0  # a resumed arm's iterations trained by the interrupted process(es)
-        train_time_known = True
+        # A resumed arm's iterations trained by the interrupted process(es); None: trained earlier, time unknown.
+        earlier: float | None = 0.0
         result: dict[str, Any] = {"kind": unit.kind, "seed": unit.seed, "arm": unit.arm}
         if unit.kind == "before":
             model, stage = self.base.model, "before"
@@ -493,14 +493,12 @@ class Experiment:
                     result["resumed"] = {"from": Path(cfg.resume).name, "earlier_seconds": earlier}
                 train(cfg, say=say)
             else:  # trained by a process that did not live to evaluate it: that training's time, from its files
-                finished = finished_training_seconds(unit.run_dir)
-                train_time_known = finished is not None
-                if not train_time_known:  # no time in its files: train_seconds left out rather than said ~0
+                earlier = finished_training_seconds(unit.run_dir)
+                if earlier is None:  # no time in its files: train_seconds left out rather than said ~0
                     say(f"    its training time is not in {unit.run_dir}: its times count the evaluation only")
                 else:
-                    earlier = finished
                     result["resumed"] = {"from": "final", "earlier_seconds": earlier}
-            if train_time_known:
+            if earlier is not None:
                 result["train_seconds"] = time.perf_counter() - t0 + earlier
             result["train"] = read_json_file(unit.run_dir / "results.json")
             model, stage = unit.run_dir / "final", ("after_stage1" if unit.kind == "stage1" else "after")
@@ -508,7 +506,7 @@ class Experiment:
                 result["overrides"] = arm_overrides(unit.arm)
                 result["start"] = stage2_start(unit.arm, self.base.stage1_demos)
         result["evals"] = self.evaluate(model, unit.seed, unit.folder, stage)
-        result["seconds"] = time.perf_counter() - t0 + earlier
+        result["seconds"] = time.perf_counter() - t0 + (earlier or 0.0)
         _write_results(unit, result)
         return result
 

@@ -93,3 +93,51 @@ def test_fixed_skill_libraries_are_left_out(bench, tmp_path):
     if not record.is_file():
         pytest.skip("the committed CodeLock record is absent")
     assert bench.record_table(record).startswith("### codelock-positive-control: only fixed skill texts")
+
+
+def _episode(i: int, success: bool, skill: str | None, env_id: str = WEBSHOP):
+    from wrappers import Step, Trajectory
+    episode = Trajectory(f"e{i}", env_id, f"t{i}", "task", "fashion", "train", steps=[Step(0, "obs", "act", 0.0)])
+    episode.finish(success=success, score=float(success))
+    episode.meta["skill"] = skill
+    return episode
+
+
+def test_trajectory_files_from_skill_validity_are_classified_one_row_each(bench, tmp_path):
+    """``--trajectories``: the skills a Stage 1 policy wrote for its own rollouts (meta['skill'], None where the
+    analyzer's answer was invalid), one row per file, the same classes as a record's arms."""
+    from wrappers import TrajectoryWriter
+    with_failures, without = tmp_path / "with.jsonl", tmp_path / "without.jsonl"
+    with TrajectoryWriter(with_failures) as w:
+        for i, (won, skill) in enumerate([(True, SUCCESS_RULES["options"]), (False, FAILURE_RULES["price"]),
+                                          (False, FAILURE_RULES["no_purchase"]), (False, None)]):
+            w.write(_episode(i, won, skill))
+    with TrajectoryWriter(without) as w:
+        for i, (won, skill) in enumerate([(True, SUCCESS_RULES["options"]), (False, SUCCESS_RULES["options"]),
+                                          (False, "Bought the right item at the right time.")]):
+            w.write(_episode(i, won, skill))
+    table = bench.trajectories_table([with_failures, without], examples=1)
+    rows = {cells[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                          for line in table.splitlines() if line.startswith("| /"))}
+    first, second = rows[str(with_failures)], rows[str(without)]
+    # with: 3 skills of 4 episodes, 1 won; workflow 1, avoid 2; every recital fits its outcome.
+    assert first[1:9] == ["1", "3 / 4", "33%", "33%", "67%", "0%", "0%", "0%"]
+    assert first[10] == "1.00"
+    # without: 3 of 3, 1 won; a workflow after a loss; the third other.
+    assert second[1:9] == ["1", "3 / 3", "33%", "67%", "0%", "0%", "0%", "33%"]
+    assert second[10] == "0.50"
+    assert f"Most written by `{with_failures}`:" in table
+    assert bench.main(["--trajectories", str(with_failures)]) == 0
+    # Not a skill_validity file, or two envs: a clear error.
+    bare = tmp_path / "bare.jsonl"
+    with TrajectoryWriter(bare) as w:
+        episode = _episode(0, True, None)
+        del episode.meta["skill"]
+        w.write(episode)
+    with pytest.raises(SystemExit, match="without meta\\['skill'\\]"):
+        bench.trajectories_table([bare])
+    other = tmp_path / "other.jsonl"
+    with TrajectoryWriter(other) as w:
+        w.write(_episode(0, True, None, env_id="seed/Sokoban-v0"))
+    with pytest.raises(SystemExit, match="of 2 envs"):
+        bench.trajectories_table([with_failures, other])
