@@ -430,10 +430,16 @@ def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None],
                                    np.random.default_rng([cfg.seed, 1_000_002]))
         played = collect_demonstrations(spec, failure_tasks, seed=cfg.seed + FAILURE_DEMO_SEED_OFFSET,
                                         noise=1.0, perturbed_share=1.0)
-        say(f"Stage 1: {len(played)} episodes of random moves for failure rules: "
-            f"{sum(not t.success for t in played)} failed")
         demos = demos + played
-    pairs = sft_pairs(demos, policy.codec, spec.action_format, annotate=stage1_annotator(demos, cfg),
+    annotate = stage1_annotator(demos, cfg)
+    if cfg.stage1_failure_demos:
+        # Which failure rules the random episodes teach: one rule taught many times is all the analyzer sees of
+        # losing (on Sokoban mostly back-and-forth), a policy that loses otherwise meets none of the others.
+        taught = Counter(skill.text for skill in map(annotate, (t for t in played if not t.success)) if skill)
+        say(f"Stage 1: {len(played)} episodes of random moves for failure rules: "
+            f"{sum(not t.success for t in played)} failed; their skills: "
+            + "; ".join(f'{n} x "{text[:60]}"' for text, n in taught.most_common()))
+    pairs = sft_pairs(demos, policy.codec, spec.action_format, annotate=annotate,
                       analyzer_images=cfg.analyzer_images, skill_acting=cfg.stage1_skill_acting)
     pairs = repeat_skill_pairs(pairs, cfg.stage1_skill_repeats)
     kinds = Counter(p.kind for p in pairs)

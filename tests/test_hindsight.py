@@ -870,6 +870,10 @@ def test_stage1_failure_demos_add_random_play_whose_failure_rules_the_analyzer_l
     failures = [text for text in skills[4][3:] if any(rule in text for rule in FAILURE_RULES.values())]
     (line,) = [x for x in said[4] if "episodes of random moves" in x]
     assert len(failures) == int(re.search(r"(\d+) failed", line).group(1)) >= 2
+    # The line names the skills the lost episodes teach, each with how many of them teach it.
+    taught = dict((text, int(n)) for n, text in re.findall(r'(\d+) x "([^"]*)"', line))
+    assert sum(taught.values()) == len(failures)
+    assert all(any(rule.startswith(text) for rule in FAILURE_RULES.values()) for text in taught)
     # The expert demos' pairs come first and are unchanged by the extra episodes.
     n_expert = len(trained[0])
     assert [(p.prompt_ids, p.response_ids, p.kind) for p in trained[4][:n_expert]] == \
