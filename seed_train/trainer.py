@@ -433,8 +433,8 @@ def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None],
         demos = demos + played
     annotate = stage1_annotator(demos, cfg)
     if cfg.stage1_failure_demos:
-        # Which failure rules the random episodes teach: one rule taught many times is all the analyzer sees of
-        # losing (on Sokoban mostly back-and-forth), a policy that loses otherwise meets none of the others.
+        # Which failure rules the random episodes teach: a rule they never show is one the analyzer never learns
+        # (Sokoban's random play shows mostly back-and-forth; docs/results.md).
         taught = Counter(skill.text for skill in map(annotate, (t for t in played if not t.success)) if skill)
         say(f"Stage 1: {len(played)} episodes of random moves for failure rules: "
             f"{sum(not t.success for t in played)} failed; their skills: "
