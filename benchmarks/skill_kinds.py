@@ -9,7 +9,9 @@ Default: every record under ``docs/results/records/`` whose arms wrote skills. N
 record keeps each skill the teacher saw with its episode's outcome (``seed_train.records.unit_skills``).
 With ``--trajectories``, the skills a Stage 1 policy wrote for its own fresh rollouts instead (the files
 ``benchmarks/skill_validity.py --trajectories`` writes), one row per file: e.g. two Stage 1 recipes, with and
-without failure demos, on the same rollout tasks.
+without failure demos, on the same rollout tasks; and a second table of the lost episodes, each beside the rule
+Stage 1's annotator gives it (``seed_train.skills.rule_based_skill``): whether the policy's skill after a loss
+recites an avoidance rule, and whether it recites that episode's own.
 
 Each skill is put in one class:
 
@@ -48,7 +50,7 @@ from pathlib import Path
 from seed_envs import hindsight_rules_for, wrong_rule_for
 from seed_envs.hindsight import AVOID, WORKFLOW
 from seed_train.records import read_record, unit_skills
-from seed_train.skills import analyzer_prompt
+from seed_train.skills import analyzer_prompt, rule_based_skill
 from wrappers import Step, Trajectory, read_trajectories
 
 WRONG = "wrong"
@@ -231,7 +233,7 @@ def trajectories_table(paths: Sequence[Path], match: float = 0.8, examples: int 
     """The same table over trajectory files whose episodes keep their skill in ``meta['skill']`` (None where
     the analyzer's answer was invalid), as ``benchmarks/skill_validity.py --trajectories`` writes them: one
     row per file (one policy, one seed: e.g. a Stage 1 policy's fresh rollouts), all of one env."""
-    per_file, rows_of = {}, {}
+    per_file, rows_of, episodes_of = {}, {}, {}
     env_ids = set()
     for path in paths:
         episodes = list(read_trajectories(path))
@@ -240,6 +242,7 @@ def trajectories_table(paths: Sequence[Path], match: float = 0.8, examples: int 
         if any("skill" not in t.meta for t in episodes):
             raise SystemExit(f"{path}: an episode without meta['skill'] (write it with skill_validity.py --trajectories)")
         env_ids |= {t.env_id for t in episodes}
+        episodes_of[str(path)] = episodes
         rows_of[str(path)] = [(0, t.task_id, t.category, t.success, t.meta["skill"]) for t in episodes]
     if len(env_ids) != 1:
         raise SystemExit(f"the files are of {len(env_ids)} envs ({sorted(map(str, env_ids))}): give one env's files")
@@ -250,8 +253,41 @@ def trajectories_table(paths: Sequence[Path], match: float = 0.8, examples: int 
     for name, rows in rows_of.items():
         per_file[name] = {0: unit_summary(rows, table, instruction, match)}
         texts[name].update(per_file[name][0]["texts"])
+    losses = {str(path): loss_summary(episodes_of[str(path)], table, instruction, match) for path in paths}
     return "\n".join(_table(f"### {env_id} ({len(rules)} rules in the env's tables)", per_file, label="file")
-                     + _examples(texts, examples))
+                     + _examples(texts, examples) + [""] + _loss_table(losses))
+
+
+def loss_summary(episodes: Sequence[Trajectory], rules: dict[str, str], instruction: str,
+                 match: float = 0.8) -> dict:
+    """The lost episodes of one file: the rule Stage 1's annotator (``rule_based_skill``) gives each, beside
+    the skill the policy wrote for it. ``avoid``: post-loss skills that recite any avoidance rule; ``own``:
+    those that recite the rule the annotator gives that very episode (the content a hindsight skill should
+    carry); ``given``: how often the annotator gives each rule."""
+    lost = [t for t in episodes if not t.success]
+    given = Counter(rule_based_skill(t).text for t in lost)
+    written = [(t, t.meta["skill"]) for t in lost if t.meta["skill"] is not None]
+    avoid = own = 0
+    for t, text in written:
+        if skill_class(text, rules, instruction, match)[0] == AVOID:
+            avoid += 1
+        norm = " ".join(text.lower().split())
+        own += _ratio(norm, " ".join(rule_based_skill(t).text.lower().split())) >= match
+    return {"lost": len(lost), "skills": len(written), "given": given, "avoid": avoid, "own": own}
+
+
+def _loss_table(losses: dict[str, dict]) -> list[str]:
+    """Markdown lines: per file, the annotator's rules for the lost episodes and how the policy's skills meet
+    them."""
+    lines = ["Lost episodes: the rule Stage 1's annotator gives each (`rule_based_skill`) beside the policy's skill:",
+             "", "| file | lost | skills written | annotator's rules (distinct) | most given | recite an avoidance rule "
+             "| recite the episode's own rule |", "|---|---:|---:|---:|---|---:|---:|"]
+    for name, s in losses.items():
+        top = s["given"].most_common(1)
+        most = f"{top[0][1]} x \"{top[0][0][:60]}\"" if top else "-"
+        lines.append(f"| {name} | {s['lost']} | {s['skills']} | {len(s['given'])} | {most} | {s['avoid']} | "
+                     f"{s['own']} |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -117,8 +117,13 @@ def test_trajectory_files_from_skill_validity_are_classified_one_row_each(bench,
                                           (False, "Bought the right item at the right time.")]):
             w.write(_episode(i, won, skill))
     table = bench.trajectories_table([with_failures, without], examples=1)
-    rows = {cells[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")]
-                                          for line in table.splitlines() if line.startswith("| /"))}
+    classes, losses = table.split("Lost episodes:")
+
+    def rows_of(text):
+        return {cells[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                              for line in text.splitlines() if line.startswith("| /"))}
+
+    rows = rows_of(classes)
     first, second = rows[str(with_failures)], rows[str(without)]
     # with: 3 skills of 4 episodes, 1 won; workflow 1, avoid 2; every recital fits its outcome.
     assert first[1:9] == ["1", "3 / 4", "33%", "33%", "67%", "0%", "0%", "0%"]
@@ -127,6 +132,13 @@ def test_trajectory_files_from_skill_validity_are_classified_one_row_each(bench,
     assert second[1:9] == ["1", "3 / 3", "33%", "67%", "0%", "0%", "0%", "33%"]
     assert second[10] == "0.50"
     assert f"Most written by `{with_failures}`:" in table
+    # The lost episodes beside the annotator's rule: each of these made no purchase, so the annotator gives
+    # every one the no-purchase rule. with: 3 lost, 2 skills, both avoidance rules, one of them that rule;
+    # without: 2 lost, 2 skills, neither an avoidance rule.
+    lost = rows_of(losses)
+    no_purchase = f'3 x "{FAILURE_RULES["no_purchase"][:60]}"'
+    assert lost[str(with_failures)][1:] == ["3", "2", "1", no_purchase, "2", "1"]
+    assert lost[str(without)][1:] == ["2", "2", "1", no_purchase.replace("3 x", "2 x"), "0", "0"]
     assert bench.main(["--trajectories", str(with_failures)]) == 0
     # Not a skill_validity file, or two envs: a clear error.
     bare = tmp_path / "bare.jsonl"
