@@ -266,11 +266,16 @@ class SeedConfig:
                                                 "(one reset per train task to read its category) instead of as the "
                                                 "train panel holds them: a rare category (EZPoints' product deals, one train deal in "
                                                 "eight) gets as many demos, and skills, as a common one")
-    stage1_failure_demos: int = _f(0, "extra Stage 1 episodes on other train tasks, every move random (an admissible "
+    stage1_failure_demos: int = _f(0, "extra Stage 1 episodes on other train tasks, moves random (an admissible "
                                       "action; where the env lists none, one of its verbs on words of the page): they "
                                       "mostly fail, so the analyzer learns the env's failure rules, not only success "
                                       "ones (an expert that replans from any state rarely loses; on Sokoban never). "
-                                      "Each gives a skill pair, and act pairs only where a random move was the expert's")
+                                      "Each gives a skill pair, and act pairs only where the move played was the expert's")
+    stage1_failure_noise: float = _f(1.0, "the share of a failure demo's moves that are random (the expert plays the "
+                                          "rest): 1 is random play, which loses by wandering (Sokoban: back and forth "
+                                          "10 times in 12 losses); lower loses less often but in the ways a nearly "
+                                          "right play loses (a box pushed against a wall), so the analyzer sees more "
+                                          "of the env's failure rules (docs/results.md)")
     stage1_skill_acting: bool = _f(False, "Stage 1 also trains acting with the demo's skill block in the prompt (OPD's "
                                           "teacher prompt): the policy learns to read a skill, so the teacher can differ "
                                           "from the student in the skill's direction (a small model otherwise reacts to "
@@ -393,6 +398,8 @@ class SeedConfig:
                      "max_failed_iterations",
                      "micro_batch_size", "checkpoint_every", "analyzer_images", "threads"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 0, name, "must be an int >= 0")
+        need(isinstance(self.stage1_failure_noise, (int, float)) and 0 < self.stage1_failure_noise <= 1,
+             "stage1_failure_noise", "must be a share in (0, 1]")
         need(self.freeze_vision or not self.lora, "freeze_vision",
              "a trained vision tower needs full fine-tuning (--no-lora): LoRA adapts the language part only")
         need(self.env_backend in ENV_BACKENDS, "env_backend", f"must be one of {ENV_BACKENDS}")

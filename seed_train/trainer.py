@@ -429,14 +429,15 @@ def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None],
         failure_tasks = draw_tasks(panel, categories, cfg.stage1_failure_demos,
                                    np.random.default_rng([cfg.seed, 1_000_002]))
         played = collect_demonstrations(spec, failure_tasks, seed=cfg.seed + FAILURE_DEMO_SEED_OFFSET,
-                                        noise=1.0, perturbed_share=1.0)
+                                        noise=cfg.stage1_failure_noise, perturbed_share=1.0)
         demos = demos + played
     annotate = stage1_annotator(demos, cfg)
     if cfg.stage1_failure_demos:
         # Which failure rules the random episodes teach: a rule they never show is one the analyzer never learns
         # (Sokoban's random play shows mostly back-and-forth; docs/results.md).
         taught = Counter(skill.text for skill in map(annotate, (t for t in played if not t.success)) if skill)
-        say(f"Stage 1: {len(played)} episodes of random moves for failure rules: "
+        moves = "random moves" if cfg.stage1_failure_noise == 1 else f"{cfg.stage1_failure_noise:g} random moves"
+        say(f"Stage 1: {len(played)} episodes of {moves} for failure rules: "
             f"{sum(not t.success for t in played)} failed; their skills: "
             + "; ".join(f'{n} x "{text[:60]}"' for text, n in taught.most_common()))
     pairs = sft_pairs(demos, policy.codec, spec.action_format, annotate=annotate,

@@ -879,6 +879,47 @@ def test_stage1_failure_demos_add_random_play_whose_failure_rules_the_analyzer_l
     assert [(p.prompt_ids, p.response_ids, p.kind) for p in trained[4][:n_expert]] == \
         [(p.prompt_ids, p.response_ids, p.kind) for p in trained[0]]
 
+
+def test_stage1_failure_noise_lets_the_expert_play_the_rest_of_a_failure_demo(tmp_path, monkeypatch):
+    """``stage1_failure_noise`` below 1: a failure demo's moves are random with that probability and the
+    expert's otherwise, so more of its steps are the expert's than in random play, on the same tasks."""
+    from seed_train import trainer as trainer_module
+    from seed_train.tiny import cached_tiny_model
+
+    assert SeedConfig().stage1_failure_noise == 1.0
+    for bad in (0, 1.5, "half"):
+        with pytest.raises(ValueError, match="stage1_failure_noise"):
+            SeedConfig(stage1_failure_noise=bad)
+    real = trainer_module.collect_demonstrations
+    played: dict[float, list] = {}
+
+    def collect(spec, tasks, *, seed, noise=0.3, perturbed_share=0.25):
+        episodes = real(spec, tasks, seed=seed, noise=noise, perturbed_share=perturbed_share)
+        if perturbed_share == 1.0:  # the failure demos' call
+            played[noise] = episodes
+        return episodes
+
+    monkeypatch.setattr(trainer_module, "collect_demonstrations", collect)
+    monkeypatch.setattr(trainer_module, "sft_train", lambda model, pairs, **k: [1.0, 0.5])
+    said: list[str] = []
+    for noise in (1.0, 0.3):
+        cfg = SeedConfig(env_id="seed/Sokoban-v0", model=str(cached_tiny_model(seed=0)), lora=False, history=0,
+                         action_format="plain", max_steps=15, stage1_demos=1, stage1_failure_demos=8,
+                         stage1_failure_noise=noise, stage1_epochs=1, output_dir=str(tmp_path / f"run{noise}"))
+        trainer_module.run_stage1(trainer_module.load(cfg), cfg, said.append)
+    assert sorted(played) == [0.3, 1.0]
+
+    def expert_share(episodes):
+        steps = [s for t in episodes for s in t.steps]
+        return sum(s.action == s.info["expert_action"] for s in steps) / len(steps)
+
+    # Random play takes the expert's move when a random one of the four is it (about 1 in 4); at 0.3 the
+    # expert plays 70% of moves and a random one 30% (a quarter of those the expert's too): about 78%.
+    assert expert_share(played[1.0]) < 0.45 < 0.6 < expert_share(played[0.3])
+    assert [t.task_id for t in played[1.0]] == [t.task_id for t in played[0.3]]  # the same tasks
+    assert any("8 episodes of random moves" in x for x in said)
+    assert any("8 episodes of 0.3 random moves" in x for x in said)
+
 def test_sample_tasks_by_category_balances_and_is_seeded():
     from seed_train.rollout import sample_tasks_by_category
 
