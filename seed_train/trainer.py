@@ -407,6 +407,23 @@ def draw_tasks(panel: Sequence[str], categories: Sequence[str] | None, n: int, r
 FAILURE_DEMO_SEED_OFFSET = 500_000
 
 
+def failure_demos(spec: EnvSpec, panel: Sequence[str], categories: Sequence[str] | None,
+                  cfg: SeedConfig) -> list[Trajectory]:
+    """Stage 1's ``stage1_failure_demos`` episodes (none at 0): random moves with probability
+    ``stage1_failure_noise``, the expert's otherwise, on tasks of the demos' draw rule from their own generator
+    and reset seeds (so the expert demos are the same with or without them)."""
+    if not cfg.stage1_failure_demos:
+        return []
+    tasks = draw_tasks(panel, categories, cfg.stage1_failure_demos, np.random.default_rng([cfg.seed, 1_000_002]))
+    return collect_demonstrations(spec, tasks, seed=cfg.seed + FAILURE_DEMO_SEED_OFFSET,
+                                  noise=cfg.stage1_failure_noise, perturbed_share=1.0)
+
+
+def taught_failure_rules(played: Sequence[Trajectory], annotate: Callable[[Trajectory], Skill | None]) -> Counter:
+    """How many of the lost episodes of ``played`` get each skill text from ``annotate``."""
+    return Counter(skill.text for skill in map(annotate, (t for t in played if not t.success)) if skill)
+
+
 def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None],
                layout: ReplicatedWeights | None = None) -> dict[str, float]:
     """Demonstrations (collected identically on every rank), SFT pairs, then SFT with ``layout``'s weights
@@ -423,23 +440,16 @@ def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None],
     by_category = Counter(t.category for t in demos)
     say(f"Stage 1: demos by category{' (balanced)' if cfg.stage1_balance_categories else ''}: "
         + ", ".join(f"{name} {n}" for name, n in sorted(by_category.items())))
-    if cfg.stage1_failure_demos:
-        # Random play on tasks of the same draw rule, from their own generator and reset seeds (so the expert
-        # demos above are the same with or without them).
-        failure_tasks = draw_tasks(panel, categories, cfg.stage1_failure_demos,
-                                   np.random.default_rng([cfg.seed, 1_000_002]))
-        played = collect_demonstrations(spec, failure_tasks, seed=cfg.seed + FAILURE_DEMO_SEED_OFFSET,
-                                        noise=cfg.stage1_failure_noise, perturbed_share=1.0)
-        demos = demos + played
+    played = failure_demos(spec, panel, categories, cfg)
+    demos = demos + played
     annotate = stage1_annotator(demos, cfg)
-    if cfg.stage1_failure_demos:
+    if played:
         # Which failure rules the random episodes teach: a rule they never show is one the analyzer never learns
         # (Sokoban's random play shows mostly back-and-forth; docs/results.md).
-        taught = Counter(skill.text for skill in map(annotate, (t for t in played if not t.success)) if skill)
         moves = "random moves" if cfg.stage1_failure_noise == 1 else f"{cfg.stage1_failure_noise:g} random moves"
         say(f"Stage 1: {len(played)} episodes of {moves} for failure rules: "
             f"{sum(not t.success for t in played)} failed; their skills: "
-            + "; ".join(f'{n} x "{text[:60]}"' for text, n in taught.most_common()))
+            + "; ".join(f'{n} x "{text[:60]}"' for text, n in taught_failure_rules(played, annotate).most_common()))
     pairs = sft_pairs(demos, policy.codec, spec.action_format, annotate=annotate,
                       analyzer_images=cfg.analyzer_images, skill_acting=cfg.stage1_skill_acting)
     pairs = repeat_skill_pairs(pairs, cfg.stage1_skill_repeats)
