@@ -446,7 +446,8 @@ def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None],
     if played:
         # Which failure rules the random episodes teach: a rule they never show is one the analyzer never learns
         # (Sokoban's random play shows mostly back-and-forth; docs/results.md).
-        moves = "random moves" if cfg.stage1_failure_noise == 1 else f"{cfg.stage1_failure_noise:g} random moves"
+        moves = ("random moves" if cfg.stage1_failure_noise == 1
+                 else f"random moves ({cfg.stage1_failure_noise:.0%} of moves; the expert's otherwise)")
         say(f"Stage 1: {len(played)} episodes of {moves} for failure rules: "
             f"{sum(not t.success for t in played)} failed; their skills: "
             + "; ".join(f'{n} x "{text[:60]}"' for text, n in taught_failure_rules(played, annotate).most_common()))

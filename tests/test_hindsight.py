@@ -918,7 +918,7 @@ def test_stage1_failure_noise_lets_the_expert_play_the_rest_of_a_failure_demo(tm
     assert expert_share(played[1.0]) < 0.45 < 0.6 < expert_share(played[0.3])
     assert [t.task_id for t in played[1.0]] == [t.task_id for t in played[0.3]]  # the same tasks
     assert any("8 episodes of random moves" in x for x in said)
-    assert any("8 episodes of 0.3 random moves" in x for x in said)
+    assert any("8 episodes of random moves (30% of moves; the expert's otherwise)" in x for x in said)
 
 def test_sample_tasks_by_category_balances_and_is_seeded():
     from seed_train.rollout import sample_tasks_by_category
