@@ -272,9 +272,9 @@ class SeedConfig:
                                       "ones (an expert that replans from any state rarely loses; on Sokoban never). "
                                       "Each gives a skill pair, and act pairs only where the move played was the expert's")
     stage1_failure_noise: float = _f(1.0, "the share of a failure demo's moves that are random (the expert plays the "
-                                          "rest): 1 is random play; lower loses less often, more of its losses the "
-                                          "ways a nearly right play loses (Sokoban, 32 demos: 21 lost, 17 of them "
-                                          "'back and forth', at 1; 12 lost, 8 of them, at 0.6). Which rules the demos "
+                                          "rest): 1 is random play; lower loses less often, and on Sokoban no more "
+                                          "varied (32 demos: 21 lost, 17 of them 'back and forth', at 1; 12 lost, 8 of "
+                                          "them, at 0.6; more demos vary them: docs/results.md). Which rules the demos "
                                           "teach: benchmarks/failure_demo_rules.py")
     stage1_skill_acting: bool = _f(False, "Stage 1 also trains acting with the demo's skill block in the prompt (OPD's "
                                           "teacher prompt): the policy learns to read a skill, so the teacher can differ "
