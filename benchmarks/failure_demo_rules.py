@@ -17,19 +17,14 @@ import dataclasses
 import statistics
 
 from seed_train.config import SeedConfig
-from seed_train.evaluate import panel_of
-from seed_train.rollout import panel_categories
 from seed_train.skills import rule_based_skill
-from seed_train.trainer import env_spec, failure_demos, taught_failure_rules
+from seed_train.trainer import failure_demos, stage1_panel, taught_failure_rules
 
 
 def rule_counts(cfg: SeedConfig, demos: int, noise: float) -> dict:
     """One row: the failure demos ``cfg`` would play with ``demos`` episodes at ``noise``, and their rules."""
     cfg = dataclasses.replace(cfg, stage1_failure_demos=demos, stage1_failure_noise=noise)
-    spec = env_spec(cfg, cfg.stage1_split or cfg.train_split)
-    panel = panel_of(spec)
-    categories = panel_categories(spec, panel) if cfg.stage1_balance_categories else None
-    played = failure_demos(spec, panel, categories, cfg)
+    played = failure_demos(*stage1_panel(cfg), cfg)
     lost = [t for t in played if not t.success]
     return {"demos": demos, "noise": noise, "lost": len(lost),
             "steps": statistics.fmean(len(t.steps) for t in played) if played else 0.0,
@@ -56,10 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = SeedConfig.from_yaml(args.config)
     if args.seed is not None:
         cfg = dataclasses.replace(cfg, seed=args.seed)
-    for name, values in (("--demos", args.demos), ("--noise", args.noise)):
-        bad = [v for v in values if not (0 < v <= 1 if name == "--noise" else v >= 1)]
-        if bad:
-            p.error(f"{name}: {bad} out of range ({'(0, 1]' if name == '--noise' else '>= 1'})")
+    if any(n < 1 for n in args.demos):
+        p.error(f"--demos: {args.demos}: each must be >= 1")
+    if any(not 0 < x <= 1 for x in args.noise):
+        p.error(f"--noise: {args.noise}: each must be a share in (0, 1]")
     print(f"{cfg.env_id}, seed {cfg.seed}:\n")
     print(table([rule_counts(cfg, n, noise) for n in args.demos for noise in args.noise]))
     return 0

@@ -264,16 +264,13 @@ def loss_summary(episodes: Sequence[Trajectory], rules: dict[str, str], instruct
     the skill the policy wrote for it. ``avoid``: post-loss skills that recite any avoidance rule; ``own``:
     those that recite the rule the annotator gives that very episode (the content a hindsight skill should
     carry); ``given``: how often the annotator gives each rule."""
-    lost = [t for t in episodes if not t.success]
-    given = Counter(rule_based_skill(t).text for t in lost)
-    written = [(t, t.meta["skill"]) for t in lost if t.meta["skill"] is not None]
-    avoid = own = 0
-    for t, text in written:
-        if skill_class(text, rules, instruction, match)[0] == AVOID:
-            avoid += 1
-        norm = " ".join(text.lower().split())
-        own += _ratio(norm, " ".join(rule_based_skill(t).text.lower().split())) >= match
-    return {"lost": len(lost), "skills": len(written), "given": given, "avoid": avoid, "own": own}
+    lost = [(t.meta["skill"], rule_based_skill(t).text) for t in episodes if not t.success]
+    written = [(text, rule) for text, rule in lost if text is not None]
+    avoid = sum(skill_class(text, rules, instruction, match)[0] == AVOID for text, _ in written)
+    # The same recital test as skill_class's, against this episode's own rule alone.
+    own = sum(skill_class(text, {"own": rule}, instruction, match)[1] == "own" for text, rule in written)
+    return {"lost": len(lost), "skills": len(written), "given": Counter(rule for _, rule in lost),
+            "avoid": avoid, "own": own}
 
 
 def _loss_table(losses: dict[str, dict]) -> list[str]:

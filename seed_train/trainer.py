@@ -407,6 +407,13 @@ def draw_tasks(panel: Sequence[str], categories: Sequence[str] | None, n: int, r
 FAILURE_DEMO_SEED_OFFSET = 500_000
 
 
+def stage1_panel(cfg: SeedConfig) -> tuple[EnvSpec, tuple[str, ...], list[str] | None]:
+    """Stage 1's env spec, its split's task panel, and the panel's categories where Stage 1 balances them."""
+    spec = env_spec(cfg, cfg.stage1_split or cfg.train_split)
+    panel = panel_of(spec)
+    return spec, panel, (panel_categories(spec, panel) if cfg.stage1_balance_categories else None)
+
+
 def failure_demos(spec: EnvSpec, panel: Sequence[str], categories: Sequence[str] | None,
                   cfg: SeedConfig) -> list[Trajectory]:
     """Stage 1's ``stage1_failure_demos`` episodes (none at 0): random moves with probability
@@ -430,10 +437,8 @@ def run_stage1(policy: Policy, cfg: SeedConfig, say: Callable[[str], None],
     (each rank trains on its share of every batch; one process: all of it)."""
     refresh_threads()
     split = cfg.stage1_split or cfg.train_split
-    spec = env_spec(cfg, split)
+    spec, panel, categories = stage1_panel(cfg)
     rng = np.random.default_rng([cfg.seed, 1_000_001])
-    panel = panel_of(spec)
-    categories = panel_categories(spec, panel) if cfg.stage1_balance_categories else None
     tasks = draw_tasks(panel, categories, cfg.stage1_demos, rng)
     say(f"Stage 1: playing {len(tasks)} expert demonstrations on {cfg.env_id} {split} ...")
     demos = collect_demonstrations(spec, tasks, seed=cfg.seed)
