@@ -85,6 +85,8 @@ def _mean_cell(values: list[float | None], with_sd: bool = True) -> str:
     mean = sum(present) / len(present)
     if len(present) < len(values):
         return f"{mean:.3f} ({len(present)} of {len(values)} seeds)"
+    if len(present) == 1 and with_sd:  # one seed has no spread: say so rather than print ± 0.000
+        return f"{mean:.3f} (1 seed)"
     return f"{mean:.3f} ± {sample_sd(present):.3f}" if with_sd else f"{mean:.3f}"
 
 

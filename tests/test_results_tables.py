@@ -166,3 +166,8 @@ def test_success_tables_show_the_seeds_a_unit_has_not_run_for():
     rows = results_tables.success_table(splits, seeds)[2:]
     assert rows == ["| test | after Stage 1 | 0.400 / 0.200 / 0.300 | 0.300 ± 0.100 |",
                     "| test | seed | 0.700 / - / 0.500 | 0.600 (2 of 3 seeds) |"]
+
+
+def test_a_one_seed_record_shows_no_spread():
+    rows = results_tables.success_table({"test": {"after_stage1": [0.458], "seed": [0.5]}}, [0])[2:]
+    assert rows == ["| test | after Stage 1 | 0.458 | 0.458 (1 seed) |", "| test | seed | 0.500 | 0.500 (1 seed) |"]
