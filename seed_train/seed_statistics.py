@@ -184,12 +184,14 @@ def comparison_row(c: Mapping[str, Any], fmt: str = ".3f") -> str:
         return " ".join(format(v, fmt) for v in vs)
 
     lo, hi = c["ci95"]
-    # One seed has no between-seed spread: its bootstrap "interval" is the point itself, so none is printed.
+    # One seed has no between-seed spread: its bootstrap "interval" is the point itself and its P(A > B) just the
+    # sign of that seed's difference (0, 0.5 or 1), so neither is printed.
     interval = f"[{lo:+{fmt}}, {hi:+{fmt}}]" if c["n"] >= 2 else "(1 seed: no interval)"
+    prob_improvement = f"{c['prob_improvement']:.2f}" if c["n"] >= 2 else "-"
     detectable = "n/a" if not math.isfinite(c["detectable"]) else format(c["detectable"], fmt)
     holm_p = f"{c['p_holm']:.3g}" if "p_holm" in c else ""
     return (f"| {c['a']} | {c['b']} | {c['n']} | {values(c['a_per_seed'])} | {values(c['b_per_seed'])} "
-            f"| {c['mean_diff']:+{fmt}} {interval} | {c['prob_improvement']:.2f} "
+            f"| {c['mean_diff']:+{fmt}} {interval} | {prob_improvement} "
             f"| {c['p_sign_flip']:.3g} ({c['p_floor']:.3g}) | {holm_p} | {detectable} |")
 
 

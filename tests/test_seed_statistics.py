@@ -98,11 +98,20 @@ def test_compare_over_seeds_pairs_by_seed():
 
 def test_a_row_of_one_seed_prints_no_interval():
     """One seed has no between-seed spread: the row gives the difference and no bootstrap interval (which
-    would be the point itself), and no detectable size."""
-    from seed_train.seed_statistics import comparison_row
+    would be the point itself), no P(A > B) (which would be the sign of that one difference) and no
+    detectable size."""
+    from seed_train.seed_statistics import COMPARISON_HEADER, comparison_row
 
+    def cells(row):
+        return [cell.strip() for cell in row.strip().strip("|").split("|")]
+
+    columns = cells(COMPARISON_HEADER[0])
     one = compare_over_seeds({0: 0.5}, {0: 0.25}, label_a="seed", label_b="sft-grpo")
     row = comparison_row(one)
     assert "+0.250 (1 seed: no interval)" in row and "[+0.250, +0.250]" not in row and row.endswith("| n/a |")
+    assert len(cells(row)) == len(columns)
+    assert cells(row)[columns.index("P(A > B)")] == "-"
     two = comparison_row(compare_over_seeds({0: 0.5, 1: 0.5}, {0: 0.25, 1: 0.5}, label_a="a", label_b="b"))
     assert "+0.125 [+0.000, +0.250]" in two
+    # Run pairs (0.5, 0.25) twice win, (0.5, 0.5) twice tie: (1 + 1 + 0.5 + 0.5) / 4.
+    assert cells(two)[columns.index("P(A > B)")] == "0.75"
