@@ -232,7 +232,12 @@ class Experiment:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _merge_manifest(self, path: Path) -> None:
+        from seed_train.records import versions  # (records imports this module)
+
         old = read_json_file(path) if path.is_file() else {"arms": [], "seeds": []}
+        # Each command with the versions it ran with (Python, libraries, seed-gym commit): a record made
+        # later, by other code, says what produced its units (folders started before 2026-12-07 lack them).
+        run = [{"command": list(self.command), "versions": versions()}] if self.command else []
         tmp = path.with_name(f"experiment.json.tmp{os.getpid()}")
         tmp.write_text(json.dumps({
             "config": self.common_config(), "splits": list(dict.fromkeys([*old.get("splits", []), *self.splits])),
@@ -240,6 +245,7 @@ class Experiment:
             "seeds": list(dict.fromkeys([*old["seeds"], *self.seeds])),
             "overrides": {a: arm_overrides(a) for a in dict.fromkeys([*old["arms"], *self.arms]) if is_arm(a)},
             "commands": [*old.get("commands", []), *([list(self.command)] if self.command else [])],
+            "runs": [*old.get("runs", []), *run],
         }, indent=1))
         tmp.replace(path)
 

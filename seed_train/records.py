@@ -5,7 +5,8 @@ that stay on the machine that ran it. Its *record* is one JSONL file of a few hu
 keeps what the conclusions rest on:
 
 - a header line: the env, the base config every unit shared, the evaluated splits and decoding;
-- a ``session`` line per time units were added: the date, the command lines, the versions;
+- a ``session`` line per time units were added: the date, the command lines, the versions of the code that
+  recorded them and, in ``runs`` (folders started since 2026-12-07), each command with the versions it ran with;
 - a ``unit`` line per finished unit (seed x before / Stage 1 / arm): per split, every evaluation episode
   as ``[key, category, success, score, length, steps, format_errors]`` (``key`` pairs episodes across
   policies: the task id, ``#sJ`` for sample J), and a final ``1`` for an episode without an outcome (its
@@ -377,9 +378,12 @@ def add_units(experiment: Any, record: Record | None) -> tuple[Record, dict[str,
         counts["added"] += 1
     if counts["added"] or counts["panels_added"]:
         manifest = read_json_file(experiment.out / "experiment.json")
+        runs = [{"command": portable_command(r["command"], experiment.out), "versions": r["versions"]}
+                for r in manifest.get("runs", [])]
         record.sessions.append({"date": datetime.date.today().isoformat(),
                                 "commands": [portable_command(c, experiment.out) for c in manifest.get("commands", [])],
-                                "versions": versions(), "units_added": counts["added"],
+                                "versions": versions(), **({"runs": runs} if runs else {}),
+                                "units_added": counts["added"],
                                 **({"panels_added": counts["panels_added"]} if counts["panels_added"] else {})})
     return record, counts
 

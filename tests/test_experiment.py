@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import platform
 from pathlib import Path
 
 import pytest
@@ -315,7 +316,7 @@ def test_experiment_two_arms_two_seeds_shared_stage1_paired_and_resumable(tmp_pa
 def check_records(exp, argv, capsys):
     """The experiment's record: small, complete, and enough to rebuild its report without the folder."""
     from seed_train.cli import main_train
-    from seed_train.records import read_record, unit_skills, write_record
+    from seed_train.records import read_record, unit_skills, versions, write_record
 
     own = exp / "record.jsonl"  # written with every report
     record = read_record(own)
@@ -368,6 +369,12 @@ def check_records(exp, argv, capsys):
     assert main_train(["record", str(exp), str(committed)]) == 0
     assert "4 unit(s) added, 4 already recorded" in capsys.readouterr().out
     assert read_record(committed).results() == record.results() and len(read_record(committed).sessions) == 2
+    # The session names each command with the versions it ran with (here this process's), beside those of
+    # the code that recorded it: a record made later by another checkout still says what produced its units.
+    session = read_record(committed).sessions[1]
+    assert [r["command"] for r in session["runs"]] == session["commands"] and len(session["commands"]) >= 2
+    assert all(r["versions"] == versions() and r["versions"]["python"] == platform.python_version()
+               for r in session["runs"])
     # A recorded unit with other outcomes, or another base config, is refused with one line.
     tampered = read_record(committed)
     tampered.units[("stage1", 0, None)]["evals"]["test"][0][2] ^= 1  # one episode's success flipped
