@@ -14,7 +14,7 @@ from typing import Any
 
 from seed_train.arms import arm_overrides
 from seed_train.config import SeedConfig
-from seed_train.seed_statistics import COMPARISON_HEADER, READING_NOTE, comparison_row, sample_sd
+from seed_train.seed_statistics import COMPARISON_HEADER, READING_NOTE, comparison_row, mean_sd_text, sample_sd
 
 # Metrics drawn per arm over iterations when a run logs them (others' diagnostics included as they appear).
 CURVE_KEYS = ("success", "skill_valid_rate", "opd_grad_share", "gate_adv_cov", "gate_adv_cov_context",
@@ -134,7 +134,8 @@ def report_markdown(report: dict[str, Any]) -> str:
             per_seed = "; ".join(f"s{r['seed']} {r['success']:.3f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] "
                                  f"(n={r['episodes']})" for r in row["per_seed"])
             label = POLICY_LABELS.get(name, f"`{name}` after Stage 2")
-            lines.append(f"| {label} | {len(row['per_seed'])} | {row['success_mean']:.3f} ± {row['success_sd']:.3f} "
+            lines.append(f"| {label} | {len(row['per_seed'])} "
+                         f"| {mean_sd_text(row['success_mean'], row['success_sd'], len(row['per_seed']))} "
                          f"| {per_seed} |")
         lines += category_table(section["policies"])
         if section.get("seed_level"):
@@ -175,7 +176,8 @@ def category_table(policies: dict[str, Any]) -> list[str]:
         for c in names:
             r = row["categories"].get(c)
             per_seed = " ".join(f"s{s} {v:.2f}" for s, v in zip(seeds, r["success_per_run"])) if r else ""
-            cells.append("" if r is None else f"{r['success_mean']:.3f} ± {r['success_sd']:.3f} ({per_seed})")
+            cells.append("" if r is None else
+                         f"{mean_sd_text(r['success_mean'], r['success_sd'], len(r['success_per_run']))} ({per_seed})")
         lines.append(f"| {POLICY_LABELS.get(name, f'`{name}`')} | " + " | ".join(cells) + " |")
     return lines
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from seed_train.experiment_report import decoding_phrase
 from seed_train.seed_statistics import (COMPARISON_HEADER, READING_NOTE, comparison_row, compare_over_seeds,
-                                        sample_sd, with_holm)
+                                        mean_sd_text, sample_sd, with_holm)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
@@ -85,9 +85,7 @@ def _mean_cell(values: list[float | None], with_sd: bool = True) -> str:
     mean = sum(present) / len(present)
     if len(present) < len(values):
         return f"{mean:.3f} ({len(present)} of {len(values)} seeds)"
-    if len(present) == 1 and with_sd:  # one seed has no spread: say so rather than print ± 0.000
-        return f"{mean:.3f} (1 seed)"
-    return f"{mean:.3f} ± {sample_sd(present):.3f}" if with_sd else f"{mean:.3f}"
+    return mean_sd_text(mean, sample_sd(present), len(present)) if with_sd else f"{mean:.3f}"
 
 
 def success_table(splits: dict[str, dict[str, list[float | None]]], seeds: list[int]) -> list[str]:

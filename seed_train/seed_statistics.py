@@ -45,6 +45,11 @@ def sample_sd(values: Sequence[float]) -> float:
     return float(np.std(np.asarray(values, dtype=float), ddof=1)) if len(values) > 1 else 0.0
 
 
+def mean_sd_text(mean: float, sd: float, n: int) -> str:
+    """'mean ± sd' over ``n`` training seeds; one seed has no spread, so 'mean (1 seed)' rather than '± 0.000'."""
+    return f"{mean:.3f} ± {sd:.3f}" if n >= 2 else f"{mean:.3f} (1 seed)"
+
+
 def stratified_bootstrap_ci(scores: Sequence[Sequence[float]] | Sequence[float], *, confidence: float = 0.95,
                             reps: int = BOOTSTRAP_REPS, seed: int = 0) -> tuple[float, float]:
     """Percentile interval of the mean of ``scores`` (runs x strata; a 1-D sequence is one stratum).
@@ -197,7 +202,7 @@ def comparison_row(c: Mapping[str, Any], fmt: str = ".3f") -> str:
 
 READING_NOTE = ("Seed-level comparisons: one success rate per training seed and policy, paired by seed. The interval is "
                 "a stratified bootstrap over seeds; P(A > B) is the chance that A's rate on a seed drawn at random "
-                "beats B's on another (ties half: rliable's probability of improvement; '-' with one seed); p is the "
+                "beats B's on a seed drawn independently (ties half: rliable's probability of improvement; '-' with one seed); p is the "
                 "exact sign-flip test over seeds (its floor, 2/2^n, is the "
                 "smallest p n seeds can give: below 6 seeds no comparison can reach 0.05); Holm p adjusts for the "
                 "table's number of comparisons; 'detectable' is the smallest true mean difference a paired t-test "

@@ -514,6 +514,26 @@ def test_report_lists_success_per_category_when_the_panel_has_several():
                          "| after Stage 1 | 0.500 ± 0.500 (s0 0.25 s2 0.75) | 0.500 ± 0.500 (s0 1.00 s2 0.00) |",
                          "| `seed` |  | 0.500 ± 0.500 (s0 0.50 s2 0.50) |"]
     assert category_table({"seed": row(sum=[1.0])}) == []  # one category: the main table says it all
+    # One training seed has no spread: its mean says so instead of printing ± 0.000.
+    one = category_table({"seed": {"per_seed": [{"seed": 1}], "categories": {
+        "sum": {"success_mean": 1.0, "success_sd": 0.0, "success_per_run": [1.0]},
+        "product": {"success_mean": 0.25, "success_sd": 0.0, "success_per_run": [0.25]}}}})
+    assert one[-1] == "| `seed` | 0.250 (1 seed) (s1 0.25) | 1.000 (1 seed) (s1 1.00) |"
+
+
+def test_the_report_of_one_seed_prints_no_spread():
+    from seed_train.experiment_report import report_markdown
+
+    def policy(seed, k):
+        return {"per_seed": [{"seed": seed, "success": k / 48, "ci95": [0.1, 0.5], "episodes": 48}],
+                "success_mean": k / 48, "success_sd": 0.0, "categories": {}}
+
+    report = {"env_id": "seed/Sokoban-v0", "arms": ["seed"], "seeds": [1], "unfinished": [], "decoding": {},
+              "splits": {"test": {"policies": {"after_stage1": policy(1, 18), "seed": policy(1, 22)},
+                                  "paired": [], "vs_start": []}}}
+    text = report_markdown(report)
+    assert "| after Stage 1 | 1 | 0.375 (1 seed) | s1 0.375 [0.10, 0.50] (n=48) |" in text
+    assert "| `seed` after Stage 2 | 1 | 0.458 (1 seed) |" in text and "± 0.000" not in text
 
 
 def test_a_damaged_experiment_file_is_one_line_naming_the_file(tmp_path, capsys):

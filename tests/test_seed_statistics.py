@@ -115,3 +115,10 @@ def test_a_row_of_one_seed_prints_no_interval():
     assert "+0.125 [+0.000, +0.250]" in two
     # Run pairs (0.5, 0.25) twice win, (0.5, 0.5) twice tie: (1 + 1 + 0.5 + 0.5) / 4.
     assert cells(two)[columns.index("P(A > B)")] == "0.75"
+
+
+def test_mean_sd_text_gives_no_spread_for_one_seed():
+    from seed_train.seed_statistics import mean_sd_text
+
+    assert mean_sd_text(0.5, 0.0, 1) == "0.500 (1 seed)"
+    assert mean_sd_text(0.4583, 0.1031, 2) == "0.458 ± 0.103"
