@@ -200,11 +200,10 @@ def comparison_row(c: Mapping[str, Any], fmt: str = ".3f") -> str:
             f"| {c['p_sign_flip']:.3g} ({c['p_floor']:.3g}) | {holm_p} | {detectable} |")
 
 
-READING_NOTE = ("Seed-level comparisons: one success rate per training seed and policy, paired by seed. The interval is "
-                "a stratified bootstrap over seeds; P(A > B) is the chance that A's rate on a seed drawn at random "
-                "beats B's on a seed drawn independently (ties half: rliable's probability of improvement; '-' with one seed); p is the "
-                "exact sign-flip test over seeds (its floor, 2/2^n, is the "
-                "smallest p n seeds can give: below 6 seeds no comparison can reach 0.05); Holm p adjusts for the "
-                "table's number of comparisons; 'detectable' is the smallest true mean difference a paired t-test "
-                "would find with 80% power at the observed between-seed sd (a difference smaller than it going "
-                "undetected says nothing).")
+READING_NOTE = ("Seed-level comparisons: one success rate per training seed and policy, paired by seed. The interval "
+                "is a stratified bootstrap over seeds; P(A > B) is the chance that A's rate on a seed drawn at random"
+                " beats B's on a seed drawn independently (ties half: rliable's probability of improvement; '-' with "
+                "one seed); p is the exact sign-flip test over seeds (its floor, 2/2^n, is the smallest p n seeds can"
+                " give: below 6 seeds no comparison can reach 0.05); Holm p adjusts for the table's number of "
+                "comparisons; 'detectable' is the smallest true mean difference a paired t-test would find with 80% "
+                "power at the observed between-seed sd (a difference smaller than it going undetected says nothing).")
