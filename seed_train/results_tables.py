@@ -24,7 +24,7 @@ from typing import Any
 
 from seed_train.experiment_report import decoding_phrase
 from seed_train.seed_statistics import (COMPARISON_HEADER, READING_NOTE, comparison_row, compare_over_seeds,
-                                        mean_sd_text, sample_sd, with_holm)
+                                        detectable_text, mean_sd_text, sample_sd, with_holm)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
@@ -222,7 +222,7 @@ def readme_block(sources: list[tuple[str, list[dict]]] | None = None) -> str:
                 continue
             # The sign-flip test is two-sided and 'detectable' is a size: both hold for either order.
             rows.append(f"| {name} | {c['n']} | {c['split']} | {a} − {b} | {diff:+.3f} "
-                        f"[{lo:+.3f}, {hi:+.3f}] | {c['p_sign_flip']:.3g} ({c['p_floor']:.3g}) | {c['detectable']:.3f} |")
+                        f"[{lo:+.3f}, {hi:+.3f}] | {c['p_sign_flip']:.3g} ({c['p_floor']:.3g}) | {detectable_text(c)} |")
     return "\n".join(rows)
 
 

@@ -122,13 +122,15 @@ def paired_t_power(effect: float, sd: float, n: int, alpha: float = ALPHA) -> fl
 
 def detectable_effect(sd: float, n: int, *, alpha: float = ALPHA, power: float = POWER) -> float:
     """The smallest mean paired difference a two-sided paired t-test detects with ``power`` at ``alpha``,
-    given n seeds and the differences' sd (nan below 2 seeds; 0 when the differences do not vary)."""
+    given n seeds and the differences' sd. nan below 2 seeds, and nan when the differences do not vary (sd 0):
+    the formula would give 0 ("any effect is detected"), but a spread of zero seen in a few seeds is no estimate
+    of the spread a new seed would show, so the design's size is unknown, not perfect."""
     from scipy import optimize
 
     if n < 2:
         return float("nan")
     if sd <= 0:
-        return 0.0
+        return float("nan")
     hi = sd
     while paired_t_power(hi, sd, n, alpha) < power:
         hi *= 2
@@ -183,6 +185,13 @@ COMPARISON_HEADER = ("| A | B | seeds | A per seed | B per seed | mean A − B [
                      "| Holm p | detectable |", "|---|---|---:|---|---|---|---:|---|---:|---:|")
 
 
+def detectable_text(c: Mapping[str, Any], fmt: str = ".3f") -> str:
+    """The 'detectable' cell of a :func:`compare_over_seeds` result: the size, or why there is none."""
+    if math.isfinite(c["detectable"]):
+        return format(c["detectable"], fmt)
+    return "n/a (1 seed)" if c["n"] < 2 else "n/a (no spread)"
+
+
 def comparison_row(c: Mapping[str, Any], fmt: str = ".3f") -> str:
     """One markdown row of :data:`COMPARISON_HEADER` for a :func:`compare_over_seeds` result."""
     def values(vs: Sequence[float]) -> str:
@@ -193,7 +202,7 @@ def comparison_row(c: Mapping[str, Any], fmt: str = ".3f") -> str:
     # sign of that seed's difference (0, 0.5 or 1), so neither is printed.
     interval = f"[{lo:+{fmt}}, {hi:+{fmt}}]" if c["n"] >= 2 else "(1 seed: no interval)"
     prob_improvement = f"{c['prob_improvement']:.2f}" if c["n"] >= 2 else "-"
-    detectable = "n/a" if not math.isfinite(c["detectable"]) else format(c["detectable"], fmt)
+    detectable = detectable_text(c, fmt)
     holm_p = f"{c['p_holm']:.3g}" if "p_holm" in c else ""
     return (f"| {c['a']} | {c['b']} | {c['n']} | {values(c['a_per_seed'])} | {values(c['b_per_seed'])} "
             f"| {c['mean_diff']:+{fmt}} {interval} | {prob_improvement} "
@@ -206,4 +215,5 @@ READING_NOTE = ("Seed-level comparisons: one success rate per training seed and 
                 "one seed); p is the exact sign-flip test over seeds (its floor, 2/2^n, is the smallest p n seeds can"
                 " give: below 6 seeds no comparison can reach 0.05); Holm p adjusts for the table's number of "
                 "comparisons; 'detectable' is the smallest true mean difference a paired t-test would find with 80% "
-                "power at the observed between-seed sd (a difference smaller than it going undetected says nothing).")
+                "power at the observed between-seed sd (a difference smaller than it going undetected says nothing; "
+                "'n/a (no spread)' where every seed's difference is the same, which leaves that sd unknown).")

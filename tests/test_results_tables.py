@@ -78,6 +78,10 @@ def test_readme_rows_put_seed_first_and_skip_score_rows_that_repeat_success():
                         "| b | 3 | test (score) | seed − seed-empty | +0.100 [+0.000, +0.200] | 0.25 (0.25) | 0.100 |",
                         "| b | 3 | test | seed@opd_coef=0.5 − seed-empty@opd_coef=0.5 | +0.133 [+0.100, +0.200] "
                         "| 0.25 (0.25) | 0.100 |"]
+    # Differences alike on every seed leave the between-seed sd unknown: no size, not 'detectable 0.000'.
+    alike = {**comparison("seed", "seed-empty", "test", [0.5, 0.4, 0.4], [0.4, 0.3, 0.3], 0.1, [0.1, 0.1]),
+             "detectable": float("nan")}
+    assert results_tables.readme_block([("c", [alike])]).splitlines()[2].endswith("| n/a (no spread) |")
 
 
 def test_a_record_keeps_commands_without_the_machines_paths(tmp_path, monkeypatch):

@@ -73,7 +73,8 @@ def test_detectable_effect_has_the_asked_power_by_simulation():
         assert np.mean(p < 0.05) == pytest.approx(0.8, abs=0.01)
     # large n: the normal approximation (z_.975 + z_.8) * sd / sqrt(n)
     assert detectable_effect(1.0, 400) == pytest.approx((1.959964 + 0.841621) / 20, rel=0.01)
-    assert math.isnan(detectable_effect(0.1, 1)) and detectable_effect(0.0, 5) == 0.0
+    # One seed, or differences that do not vary: no size (the formula's 0 would read as 'detects anything').
+    assert math.isnan(detectable_effect(0.1, 1)) and math.isnan(detectable_effect(0.0, 5))
 
 
 def test_holm_adjustment_by_hand():
@@ -108,13 +109,27 @@ def test_a_row_of_one_seed_prints_no_interval():
     columns = cells(COMPARISON_HEADER[0])
     one = compare_over_seeds({0: 0.5}, {0: 0.25}, label_a="seed", label_b="sft-grpo")
     row = comparison_row(one)
-    assert "+0.250 (1 seed: no interval)" in row and "[+0.250, +0.250]" not in row and row.endswith("| n/a |")
+    assert "+0.250 (1 seed: no interval)" in row and "[+0.250, +0.250]" not in row and row.endswith("| n/a (1 seed) |")
     assert len(cells(row)) == len(columns)
     assert cells(row)[columns.index("P(A > B)")] == "-"
     two = comparison_row(compare_over_seeds({0: 0.5, 1: 0.5}, {0: 0.25, 1: 0.5}, label_a="a", label_b="b"))
     assert "+0.125 [+0.000, +0.250]" in two
     # Run pairs (0.5, 0.25) twice win, (0.5, 0.5) twice tie: (1 + 1 + 0.5 + 0.5) / 4.
     assert cells(two)[columns.index("P(A > B)")] == "0.75"
+
+
+def test_a_row_whose_seeds_differ_alike_prints_no_detectable_size():
+    """Two policies that played alike on every seed differ by +0.000 each time: the paired t's sd is 0 and the
+    formula's 'detectable 0.000' would claim any effect is seen; the row says the spread is unknown instead."""
+    from seed_train.seed_statistics import COMPARISON_HEADER, comparison_row
+
+    columns = [cell.strip() for cell in COMPARISON_HEADER[0].strip().strip("|").split("|")]
+    same = compare_over_seeds({0: 0.021, 1: 0.0, 2: 0.0}, {0: 0.021, 1: 0.0, 2: 0.0}, label_a="a", label_b="b")
+    assert same["sd_diff"] == 0.0 and math.isnan(same["detectable"])
+    cells = [cell.strip() for cell in comparison_row(same).strip().strip("|").split("|")]
+    assert cells[columns.index("detectable")] == "n/a (no spread)"
+    shifted = compare_over_seeds({0: 0.5, 1: 0.75}, {0: 0.25, 1: 0.5}, label_a="a", label_b="b")  # +0.25 on both
+    assert comparison_row(shifted).endswith("| n/a (no spread) |")
 
 
 def test_mean_sd_text_gives_no_spread_for_one_seed():
