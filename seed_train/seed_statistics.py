@@ -38,6 +38,8 @@ import numpy as np
 ALPHA = 0.05
 POWER = 0.8
 BOOTSTRAP_REPS = 20_000
+#: An sd of the per-seed differences at or below this is rounding, not spread (rates are k/n fractions).
+SD_NOISE = 1e-12
 
 
 def sample_sd(values: Sequence[float]) -> float:
@@ -129,7 +131,7 @@ def detectable_effect(sd: float, n: int, *, alpha: float = ALPHA, power: float =
 
     if n < 2:
         return float("nan")
-    if sd <= 0:
+    if sd <= SD_NOISE:  # differences equal but for float rounding (k/48 - m/48 computed two ways)
         return float("nan")
     hi = sd
     while paired_t_power(hi, sd, n, alpha) < power:

@@ -130,6 +130,9 @@ def test_a_row_whose_seeds_differ_alike_prints_no_detectable_size():
     assert cells[columns.index("detectable")] == "n/a (no spread)"
     shifted = compare_over_seeds({0: 0.5, 1: 0.75}, {0: 0.25, 1: 0.5}, label_a="a", label_b="b")  # +0.25 on both
     assert comparison_row(shifted).endswith("| n/a (no spread) |")
+    # The same difference through float rounding (0.7 - 0.6 is not 0.1 + 0.2 - 0.2) is no spread either.
+    rounded = compare_over_seeds({0: 0.7, 1: 0.1 + 0.2}, {0: 0.6, 1: 0.2}, label_a="a", label_b="b")
+    assert 0 < rounded["sd_diff"] < 1e-15 and math.isnan(rounded["detectable"])
 
 
 def test_mean_sd_text_gives_no_spread_for_one_seed():
