@@ -160,7 +160,7 @@ def compare_over_seeds(a: Mapping[int, float], b: Mapping[int, float], *, label_
             "ci95": list(stratified_bootstrap_ci(diffs, seed=bootstrap_seed)),
             "p_sign_flip": sign_flip_p(diffs), "p_floor": sign_flip_floor(diffs),
             "prob_improvement": probability_of_improvement(out["a_per_seed"], out["b_per_seed"]),
-            "t": (mean / (sd / math.sqrt(n)) if sd > 0 else float("nan")) if n > 1 else float("nan"),
+            "t": (mean / (sd / math.sqrt(n)) if sd > SD_NOISE else float("nan")) if n > 1 else float("nan"),
             "detectable": detectable_effect(sd, n)}
 
 
@@ -191,7 +191,7 @@ def detectable_text(c: Mapping[str, Any], fmt: str = ".3f") -> str:
     """The 'detectable' cell of a :func:`compare_over_seeds` result: the size, or why there is none."""
     if math.isfinite(c["detectable"]):
         return format(c["detectable"], fmt)
-    return "n/a (1 seed)" if c["n"] < 2 else "n/a (no spread)"
+    return {0: "n/a", 1: "n/a (1 seed)"}.get(c["n"], "n/a (no spread)")
 
 
 def comparison_row(c: Mapping[str, Any], fmt: str = ".3f") -> str:

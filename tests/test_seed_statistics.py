@@ -97,14 +97,16 @@ def test_compare_over_seeds_pairs_by_seed():
     assert c["prob_improvement"] == pytest.approx(probability_of_improvement([0.5, 0.7, 0.6], [0.4, 0.6, 0.65]))
 
 
+def cells(row: str) -> list[str]:
+    """The cells of one markdown table row."""
+    return [cell.strip() for cell in row.strip().strip("|").split("|")]
+
+
 def test_a_row_of_one_seed_prints_no_interval():
     """One seed has no between-seed spread: the row gives the difference and no bootstrap interval (which
     would be the point itself), no P(A > B) (which would be the sign of that one difference) and no
     detectable size."""
     from seed_train.seed_statistics import COMPARISON_HEADER, comparison_row
-
-    def cells(row):
-        return [cell.strip() for cell in row.strip().strip("|").split("|")]
 
     columns = cells(COMPARISON_HEADER[0])
     one = compare_over_seeds({0: 0.5}, {0: 0.25}, label_a="seed", label_b="sft-grpo")
@@ -123,16 +125,16 @@ def test_a_row_whose_seeds_differ_alike_prints_no_detectable_size():
     formula's 'detectable 0.000' would claim any effect is seen; the row says the spread is unknown instead."""
     from seed_train.seed_statistics import COMPARISON_HEADER, comparison_row
 
-    columns = [cell.strip() for cell in COMPARISON_HEADER[0].strip().strip("|").split("|")]
+    columns = cells(COMPARISON_HEADER[0])
     same = compare_over_seeds({0: 0.021, 1: 0.0, 2: 0.0}, {0: 0.021, 1: 0.0, 2: 0.0}, label_a="a", label_b="b")
     assert same["sd_diff"] == 0.0 and math.isnan(same["detectable"])
-    cells = [cell.strip() for cell in comparison_row(same).strip().strip("|").split("|")]
-    assert cells[columns.index("detectable")] == "n/a (no spread)"
+    assert cells(comparison_row(same))[columns.index("detectable")] == "n/a (no spread)"
     shifted = compare_over_seeds({0: 0.5, 1: 0.75}, {0: 0.25, 1: 0.5}, label_a="a", label_b="b")  # +0.25 on both
     assert comparison_row(shifted).endswith("| n/a (no spread) |")
     # The same difference through float rounding (0.7 - 0.6 is not 0.1 + 0.2 - 0.2) is no spread either.
     rounded = compare_over_seeds({0: 0.7, 1: 0.1 + 0.2}, {0: 0.6, 1: 0.2}, label_a="a", label_b="b")
     assert 0 < rounded["sd_diff"] < 1e-15 and math.isnan(rounded["detectable"])
+    assert math.isnan(rounded["t"])  # the same rounding must not make a t of 10^15 either
 
 
 def test_mean_sd_text_gives_no_spread_for_one_seed():
