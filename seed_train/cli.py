@@ -171,6 +171,18 @@ def main_records(args) -> int:
 
 
 def main_train(argv: list[str] | None = None) -> int:
+    """``seed-train``: every subcommand. A rank of a multi-process launch (``accelerate launch -m seed_train``)
+    ends at the end of its command, past the interpreter's finalization, where gloo can abort a finished rank
+    (:func:`seed_train.distributed.end_launched_rank`)."""
+    code = _run_command(argv)
+    if "torch.distributed" in sys.modules:  # (no process group without it: light commands never import torch)
+        from seed_train.distributed import end_launched_rank
+
+        end_launched_rank(code)
+    return code
+
+
+def _run_command(argv: list[str] | None) -> int:
     parser = OneLineErrorParser(prog="seed-train", description="SEED: self-evolving on-policy distillation")
     sub = parser.add_subparsers(dest="command", required=True)
     _parser_train(sub)

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
+import threading
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -100,6 +102,7 @@ def init_from_env(device: str = "cpu") -> DistInfo:
         # Destroyed before the interpreter tears down: a gloo group left to exit can abort the process
         # (SIGABRT, "terminate called without an active exception": its worker threads outlive Python,
         # pytorch/pytorch#190489). At exit, not after the run: an experiment runs several arms per process.
+        # The finalization after it can still abort: the CLI ends a launched rank by end_launched_rank.
         atexit.register(_destroy_process_group)
     return dist_info()
 
@@ -109,6 +112,36 @@ def _destroy_process_group() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def end_launched_rank(code: int) -> None:
+    """Ends a rank of a multi-process launch with ``code`` now, once its work is written; returns at once
+    where no process group was started (one process, or a caller such as a test that goes on).
+
+    What a normal exit does before finalizing is done first: the non-daemon threads are joined, the exit
+    handlers run (the process group's destruction above, logging's flush, temporary folders), stdout and
+    stderr are flushed; then ``os._exit`` skips the interpreter's finalization.
+    That finalization is where a gloo rank could still abort after a finished run (SIGABRT, "terminate
+    called without an active exception", seen once in CI under load with FSDP2, never reproduced). The
+    likely cause is the one pytorch/pytorch#179291 describes: a gloo worker thread that releases its last
+    work's tensors after finalization began takes a GIL that is gone (FSDP2's DeviceMesh can keep the group
+    alive past ``destroy_process_group``). Nothing the run wrote is lost: its files are closed by then, and
+    the joins, handlers and flushes are what a normal exit would have done before finalizing.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    for thread in threading.enumerate():  # as a normal exit does first: wait for the non-daemon threads
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()  # (CPython's own call at exit; every handler once, errors printed, not raised)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # (a closed or vanished stream: nothing left to write there)
+            pass
+    os._exit(code)
 
 
 def local_device(device: str) -> str:

@@ -126,6 +126,48 @@ def test_a_launched_rank_destroys_its_process_group_before_the_interpreter_exits
     assert reports == [{"rank": r, "total": 3.0, "group_after_exit_handlers": False} for r in (0, 1)]
 
 
+RANK_ENDS = """
+import atexit, contextlib, io, sys
+import torch.distributed as dist
+from seed_train.distributed import end_launched_rank, init_from_env, sum_over_ranks
+done = sys.argv[1]
+# Registered before the group starts, so it runs after the group's own handler (handlers run last-in first).
+atexit.register(lambda: open(done, "w").write(f"group alive at exit: {dist.is_initialized()}"))
+info = init_from_env("cpu")
+total = sum_over_ranks(info.rank + 1)
+sys.stdout.write(f"rank {info.rank} total {total}")  # no newline: only a flush writes it to the pipe
+if sys.argv[2] == "cli":  # the seed-train command's own ending (here an unknown recipe: exit status 2)
+    from seed_train.cli import main_train
+    with contextlib.redirect_stderr(io.StringIO()):
+        main_train(["recipes", "no-such-recipe"])
+else:
+    end_launched_rank(3)
+print("not reached")
+"""
+
+
+@pytest.mark.parametrize("ending, code", [("direct", 3), ("cli", 2)])
+def test_a_launched_rank_ends_with_its_code_after_its_exit_handlers_and_flushes(tmp_path, ending, code):
+    """end_launched_rank (what seed-train's command calls last on a launched rank): every exit handler runs
+    (the group's destruction, then one registered before it), buffered output reaches the pipe, the process
+    ends with the code given (the command's exit status) and nothing after the call runs; where no group was
+    started it returns."""
+    from seed_train.distributed import end_launched_rank
+
+    end_launched_rank(0)  # no process group in this process: a no-op
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", RANK_ENDS, str(tmp_path / f"done{r}"), ending], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
+                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"})
+             for r in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for r, (p, (out, err)) in enumerate(zip(procs, outs)):
+        assert p.returncode == code, err[-2000:]
+        assert out == f"rank {r} total 3.0"
+        assert (tmp_path / f"done{r}").read_text() == "group alive at exit: False"
+
+
 def _train_args(out, model_dir: str, skills: str) -> list[str]:
     # One minibatch covering every sample (8 episodes x <= 2 steps), so 1 and 2 processes take the same step.
     return ["train", "--env-id", "seed/EZPoints-v0", "--train-split", "test", "--model", model_dir, "--no-lora",
