@@ -116,7 +116,7 @@ def _destroy_process_group() -> None:
 
 def end_launched_rank(code: int) -> None:
     """Ends a rank of a multi-process launch with ``code`` now, once its work is written; returns at once
-    where no process group was started (one process, or a caller such as a test that goes on).
+    where no process group was started (one process), so an in-process caller goes on there.
 
     What a normal exit does before finalizing is done first: the non-daemon threads are joined, the exit
     handlers run (the process group's destruction above, logging's flush, temporary folders), stdout and

@@ -98,6 +98,19 @@ def test_two_processes_match_one(tmp_path):
     assert a["grad_head"] == pytest.approx(b["grad_head"], rel=1e-4, abs=1e-7)
 
 
+def _run_two_ranks(script_and_args) -> tuple[list[subprocess.Popen], list[tuple[str, str]]]:
+    """Runs ``python -c SCRIPT ARGS...`` as ranks 0 and 1 of a 2-process gloo launch (the launcher's
+    environment); ``script_and_args(rank)`` gives each rank's list. Returns the processes and their (stdout,
+    stderr)."""
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", *script_and_args(r)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
+                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"})
+             for r in range(2)]
+    return procs, [p.communicate(timeout=300) for p in procs]
+
+
 RANK_EXITS = """
 import atexit, json, sys
 import torch, torch.distributed as dist
@@ -113,13 +126,7 @@ def test_a_launched_rank_destroys_its_process_group_before_the_interpreter_exits
     """init_from_env starts the group under a launcher and registers its destruction at exit: a gloo group
     left to interpreter teardown can abort a rank (SIGABRT, 'terminate called without an active
     exception'), as a 2-process FSDP run once did in CI after it had saved its policy."""
-    port = _free_port()
-    procs = [subprocess.Popen([sys.executable, "-c", RANK_EXITS], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
-                                              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                                              "OMP_NUM_THREADS": "1"})
-             for r in range(2)]
-    outs = [p.communicate(timeout=300) for p in procs]
+    procs, outs = _run_two_ranks(lambda r: [RANK_EXITS])
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-2000:]
     reports = sorted((json.loads(out.strip().splitlines()[-1]) for out, _ in outs), key=lambda r: r["rank"])
@@ -155,13 +162,7 @@ def test_a_launched_rank_ends_with_its_code_after_its_exit_handlers_and_flushes(
     from seed_train.distributed import end_launched_rank
 
     end_launched_rank(0)  # no process group in this process: a no-op
-    port = _free_port()
-    procs = [subprocess.Popen([sys.executable, "-c", RANK_ENDS, str(tmp_path / f"done{r}"), ending], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
-                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"})
-             for r in range(2)]
-    outs = [p.communicate(timeout=300) for p in procs]
+    procs, outs = _run_two_ranks(lambda r: [RANK_ENDS, str(tmp_path / f"done{r}"), ending])
     for r, (p, (out, err)) in enumerate(zip(procs, outs)):
         assert p.returncode == code, err[-2000:]
         assert out == f"rank {r} total 3.0"
